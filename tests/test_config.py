@@ -1,0 +1,103 @@
+"""Config: defaults run, typos and impossible values are named, overrides apply."""
+
+import pytest
+
+from verl.config import ConfigError, config_from_dict, load_config
+
+
+def test_defaults_resolve():
+    cfg = load_config(None)
+    assert cfg.training.total_steps == 20
+    assert cfg.algorithm.adv_estimator == "gae"  # ppo preset
+    assert cfg.rollout.n == 1
+    assert cfg.checkpoint.save_dir == "outputs/tiny-gpt2-ppo"
+
+
+def test_seed_example_loads_with_attribute_access():
+    cfg = load_config("examples/config_gpt2.yaml")
+    assert cfg.training.total_steps == 100
+    assert cfg.rollout.name == "vllm" and cfg.rollout.max_num_seqs == 16
+    assert cfg.algorithm.gamma == 0.99 and cfg.algorithm.lam == 0.95
+    assert cfg.reward_fn.target == "I love reinforcement learning"
+    # The seed's closing line says ./outputs/gpt2-ppo/: the default output dir agrees.
+    assert cfg.checkpoint.save_dir == "outputs/gpt2-ppo"
+
+
+def test_unknown_key_names_path_and_suggestion():
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"training": {"total_step": 5}})
+    msg = str(exc.value)
+    assert "training.total_step" in msg and "did you mean 'training.total_steps'" in msg
+
+
+def test_unknown_section_suggestion():
+    with pytest.raises(ConfigError, match="did you mean 'rollout'"):
+        config_from_dict({"rollot": {}})
+
+
+@pytest.mark.parametrize("data,key", [
+    ({"training": {"lr": -1}}, "training.lr"),
+    ({"training": {"lr": "fast"}}, "training.lr"),
+    ({"training": {"total_steps": 0}}, "training.total_steps"),
+    ({"training": {"batch_size": "x"}}, "training.batch_size"),
+    ({"model": {"dtype": "float64"}}, "model.dtype"),
+    ({"rollout": {"name": "sglang2"}}, "rollout.name"),
+    ({"rollout": {"top_p": 1.5}}, "rollout.top_p"),
+    ({"algorithm": {"name": "ppo2"}}, "algorithm.name"),
+    ({"algorithm": {"gamma": 2}}, "algorithm.gamma"),
+    ({"algorithm": {"clip_ratio_c": 0.5}}, "algorithm.clip_ratio_c"),
+    ({"reward_fn": {"type": "python"}}, "reward_fn.function"),
+    ({"reward_fn": {"type": "huggingface_rm"}}, "reward_fn.model_name"),
+    ({"model": {"use_flash_attention": "maybe"}}, "model.use_flash_attention"),
+])
+def test_bad_values_name_the_key(data, key):
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(data)
+    assert key in str(exc.value)
+
+
+def test_batch_arithmetic_must_divide():
+    # 4 prompts x 1 sample = 4 sequences; a mini-batch of 3 cannot split them.
+    with pytest.raises(ConfigError, match="training.mini_batch_size"):
+        config_from_dict({"training": {"batch_size": 4, "mini_batch_size": 3}})
+    # micro-batch 3 does not divide the mini-batch of 4.
+    with pytest.raises(ConfigError, match="training.micro_batch_size"):
+        config_from_dict({"training": {"batch_size": 4, "micro_batch_size": 3}})
+
+
+def test_group_estimator_needs_group():
+    with pytest.raises(ConfigError, match="rollout.n"):
+        config_from_dict({"algorithm": {"name": "grpo"}, "rollout": {"n": 1}})
+    assert config_from_dict({"algorithm": {"name": "grpo"}}).rollout.n == 4
+
+
+def test_preset_fills_only_unset_keys():
+    cfg = config_from_dict({"algorithm": {"name": "grpo", "loss_agg_mode": "seq-mean-token-mean"}})
+    assert cfg.algorithm.loss_agg_mode == "seq-mean-token-mean"
+    assert cfg.algorithm.use_kl_loss and cfg.algorithm.kl_estimator == "k3"
+    dapo = config_from_dict({"algorithm": {"name": "dapo", "dynamic_sampling": {"enable": False}}})
+    assert dapo.algorithm.dynamic_sampling.enable is False and dapo.algorithm.overlong_penalty.enable
+    assert dapo.algorithm.clip_ratio_high == 0.28
+
+
+def test_overrides_parse_yaml_values(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  total_steps: 3\n")
+    cfg = load_config(str(path), ["training.lr=2e-5", "logging.backends=[jsonl, tensorboard]", "rollout.n=2"])
+    assert cfg.training.lr == 2e-5 and cfg.training.total_steps == 3
+    assert cfg.logging.backends == ["jsonl", "tensorboard"] and cfg.rollout.n == 2
+    with pytest.raises(ConfigError, match="key.path=value"):
+        load_config(str(path), ["training.lr"])
+
+
+def test_malformed_yaml_gives_line_and_column(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("training:\n  total_steps: 3\n  lr: [1, 2\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path))
+    assert "bad.yaml" in str(exc.value) and "line" in str(exc.value) and "column" in str(exc.value)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config("/nonexistent/config.yaml")

@@ -1,0 +1,195 @@
+"""Advantage estimators. Each returns (advantages (B, R), returns (B, R)), both 0 where the
+mask is 0, computed without gradient.
+
+Token-level estimators (gae, reinforce_pp) walk the response backwards over VALID tokens
+only: a token with mask 0 (padding, or tool output inside a multi-turn response) is skipped,
+so the "next" token of a valid token is the next valid one. A reward placed on a masked
+position is ignored; put each sequence's score on its last valid token.
+
+Outcome/group estimators take `scores` (B,) = the sequence's total reward (the caller passes
+sum_t token_rewards) and broadcast one advantage over the sequence's valid tokens. For them
+`returns` equals `advantages` (there is no critic to regress).
+
+Group ids: samples generated from the same prompt share a group id (any hashable value).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from verl.algorithms.masked import group_stats, masked_whiten
+
+Tensor = torch.Tensor
+
+ADV_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax")
+
+
+def _broadcast(per_seq: Tensor, mask: Tensor) -> Tensor:
+    """(B,) -> (B, R): the sequence's value on its valid tokens, 0 elsewhere."""
+    mask = mask.to(per_seq.dtype)
+    return per_seq[:, None] * mask
+
+
+@torch.no_grad()
+def compute_gae(token_rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation (Schulman et al. 2016, "High-Dimensional Continuous
+    Control Using Generalized Advantage Estimation"), over valid tokens only:
+
+        delta_t = r_t + gamma * V(s_next(t)) - V(s_t)
+        A_t     = delta_t + gamma * lam * A_next(t)
+        R_t     = A_t + V(s_t)                       (critic target)
+
+    next(t) is the next token with mask 1 after t; after the last valid token V = 0 and A = 0
+    (end of episode). No whitening here; the caller may whiten.
+    token_rewards, values, mask: (B, R).
+    """
+    mask = mask.to(values.dtype)
+    B, R = values.shape
+    next_value = values.new_zeros(B)  # (B,) V at the next valid token
+    next_adv = values.new_zeros(B)  # (B,) A at the next valid token
+    adv = torch.zeros_like(values)
+    for t in reversed(range(R)):
+        m = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        a_t = delta + gamma * lam * next_adv
+        valid = m != 0
+        adv[:, t] = torch.where(valid, a_t, torch.zeros_like(a_t))
+        # a masked token leaves the carry untouched: it is invisible to the recursion
+        next_value = torch.where(valid, values[:, t], next_value)
+        next_adv = torch.where(valid, a_t, next_adv)
+    returns = torch.where(mask != 0, adv + values, torch.zeros_like(adv))
+    return adv, returns
+
+
+@torch.no_grad()
+def discounted_returns(token_rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """Return-to-go over valid tokens: G_t = r_t + gamma * G_next(t), 0 on masked tokens. (B, R)"""
+    mask = mask.to(token_rewards.dtype)
+    B, R = token_rewards.shape
+    running = token_rewards.new_zeros(B)
+    out = torch.zeros_like(token_rewards)
+    for t in reversed(range(R)):
+        valid = mask[:, t] != 0
+        g = token_rewards[:, t] + gamma * running
+        running = torch.where(valid, g, running)
+        out[:, t] = torch.where(valid, g, torch.zeros_like(g))
+    return out
+
+
+@torch.no_grad()
+def compute_grpo(
+    scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: bool = True, eps: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    """GRPO outcome advantage (Shao et al. 2024, "DeepSeekMath", section 4.1.2):
+
+        A_i = (r_i - mean_{g(i)} r) / (std_{g(i)} r + eps)     (norm_by_std)
+        A_i =  r_i - mean_{g(i)} r                              (Dr. GRPO, Liu et al. 2025)
+
+    std is the unbiased sample std of the group. A sequence alone in its group gets 0.
+    scores (B,), mask (B, R) -> A_i broadcast over sequence i's valid tokens.
+    """
+    size, mean, std = group_stats(scores, group_ids)  # each (B,)
+    adv = scores - mean
+    if norm_by_std:
+        adv = adv / (std + eps)
+    adv = torch.where(size > 1, adv, torch.zeros_like(adv))
+    adv = _broadcast(adv, mask)
+    return adv, adv.clone()
+
+
+@torch.no_grad()
+def compute_rloo(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tensor, Tensor]:
+    """REINFORCE Leave-One-Out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"):
+
+        A_i = r_i - (1 / (n - 1)) sum_{j in g(i), j != i} r_j  =  n / (n - 1) * (r_i - mean_g r)
+
+    with n = |g(i)|; a sequence alone in its group gets 0. Broadcast over valid tokens.
+    """
+    size, mean, _ = group_stats(scores, group_ids)
+    n = size
+    loo_mean = (n * mean - scores) / (n - 1).clamp_min(1)  # mean of the other n-1 samples
+    adv = torch.where(n > 1, scores - loo_mean, torch.zeros_like(scores))
+    adv = _broadcast(adv, mask)
+    return adv, adv.clone()
+
+
+@torch.no_grad()
+def compute_reinforce_pp(token_rewards: Tensor, mask: Tensor, gamma: float) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning LLMs"):
+
+        G_t = sum_{k >= t, valid} gamma^(k - t) r_k      (return-to-go over valid tokens)
+        A   = whiten(G) over all valid tokens of the batch
+
+    Returns (A, G): the critic-free target G is returned as `returns`.
+    """
+    returns = discounted_returns(token_rewards, mask, gamma)
+    return masked_whiten(returns, mask), returns
+
+
+@torch.no_grad()
+def compute_reinforce_pp_baseline(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tensor, Tensor]:
+    """REINFORCE++-baseline (Hu 2025): subtract the group mean, broadcast over the sequence,
+    then whiten over all valid tokens of the batch:
+
+        A = whiten_batch( (r_i - mean_{g(i)} r) * m[i, t] )
+    """
+    size, mean, _ = group_stats(scores, group_ids)
+    adv = _broadcast(scores - mean, mask)
+    adv = masked_whiten(adv, mask)
+    return adv, adv.clone()
+
+
+@torch.no_grad()
+def compute_remax(scores: Tensor, baseline_scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient RL Method for LLMs"):
+    the reward of the greedy response to the same prompt is the baseline,
+
+        A_i = r_i - r_i^greedy, broadcast over valid tokens.
+    """
+    adv = _broadcast(scores - baseline_scores, mask)
+    return adv, adv.clone()
+
+
+def _need(name: str, value, estimator: str):
+    if value is None:
+        raise ValueError(f"advantage estimator '{estimator}' needs `{name}`, which was not given")
+    return value
+
+
+@torch.no_grad()
+def compute_advantages(
+    estimator: str,
+    *,
+    mask: Tensor,
+    token_rewards: Optional[Tensor] = None,
+    values: Optional[Tensor] = None,
+    scores: Optional[Tensor] = None,
+    baseline_scores: Optional[Tensor] = None,
+    group_ids: Optional[Sequence] = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Dispatch to an estimator by name (algorithm.adv_estimator).
+
+    gae: token_rewards, values, gamma, lam      reinforce_pp: token_rewards, gamma
+    grpo: scores, group_ids, norm_adv_by_std    dr_grpo: scores, group_ids (never divides by std)
+    rloo / reinforce_pp_baseline: scores, group_ids     remax: scores, baseline_scores
+    """
+    e = estimator
+    if e == "gae":
+        return compute_gae(_need("token_rewards", token_rewards, e), _need("values", values, e), mask, gamma, lam)
+    if e == "reinforce_pp":
+        return compute_reinforce_pp(_need("token_rewards", token_rewards, e), mask, gamma)
+    if e in ("grpo", "dr_grpo"):
+        return compute_grpo(_need("scores", scores, e), mask, _need("group_ids", group_ids, e),
+                            norm_by_std=norm_adv_by_std and e == "grpo")
+    if e == "rloo":
+        return compute_rloo(_need("scores", scores, e), mask, _need("group_ids", group_ids, e))
+    if e == "reinforce_pp_baseline":
+        return compute_reinforce_pp_baseline(_need("scores", scores, e), mask, _need("group_ids", group_ids, e))
+    if e == "remax":
+        return compute_remax(_need("scores", scores, e), _need("baseline_scores", baseline_scores, e), mask)
+    raise ValueError(f"advantage estimator '{e}' is not one of {', '.join(ADV_ESTIMATORS)}")

@@ -1,0 +1,273 @@
+"""Prompts in, left-padded token batches out.
+
+    rows = load_prompt_rows(cfg.data)                    # files, inline prompts or defaults
+    loader = PromptLoader(rows, tokenizer, cfg.data, batch_size=8, seed=42)
+    batch = loader.next_batch()                          # Batch with input_ids (B, P) ...
+
+Rendering: with `data.apply_chat_template` and a tokenizer that has a chat template, the
+prompt (text -> one user message; `data.system_prompt` -> a leading system message) goes
+through `apply_chat_template(..., add_generation_prompt=True)`; otherwise it is used as
+plain text (chat messages are joined by newlines, the system prompt first).
+
+Order: the loader runs forever over epochs. Epoch e visits the rows in the permutation
+drawn from a torch.Generator seeded by (seed, e) (identity order when `data.shuffle` is
+off); a batch that runs out of rows continues into the next epoch's permutation. The
+state (epoch, position, next group id) is three integers, so a resumed run sees exactly
+the batches an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+import torch
+
+from verl.batch import Batch
+from verl.data.sources import DataError, PromptRow, read_many, record_to_row
+
+__all__ = ["PromptRow", "DataError", "DEFAULT_PROMPTS", "load_prompt_rows", "inline_rows", "render_prompt",
+           "PromptLoader", "build_prompt_loaders"]
+
+# Used when the config names no data (the seed's first example names none: GPT-2 learns,
+# under a string_match reward, to continue them towards "I love reinforcement learning").
+# Short open-ended English starts, so that a tiny or small model can continue any of them.
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "I love",
+    "Tell me about",
+    "Explain reinforcement learning in one sentence.",
+    "What do you enjoy most?",
+    "My favourite subject is",
+    "Today I learned that",
+    "The best thing about learning is",
+    "Write a short sentence about the sea.",
+    "Once upon a time",
+    "Describe your favourite food.",
+    "What is the capital of France?",
+    "Give one reason why exercise helps.",
+    "The robot said",
+    "Here is a fun fact:",
+    "Reinforcement learning is",
+    "Hello, how are you today?",
+)
+
+
+# ---------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------
+
+
+def inline_rows(prompts: list, data_cfg) -> list[PromptRow]:
+    """Rows for `data.prompts`: strings, or dicts laid out like dataset records."""
+    rows = []
+    for i, p in enumerate(prompts):
+        where = f"data.prompts[{i}]"
+        if isinstance(p, dict):
+            rows.append(record_to_row(p, data_cfg.prompt_key, data_cfg.answer_key, where, "inline"))
+        else:
+            rows.append(record_to_row({"prompt": p}, where=where, default_source="inline"))
+    return rows
+
+
+def load_prompt_rows(data_cfg, files: Any = None) -> list[PromptRow]:
+    """The prompt rows of `files` (paths and/or `datasets.Dataset`s; default `data.train_files`).
+
+    With no files: the inline `data.prompts`, else `DEFAULT_PROMPTS`.
+    Raises `DataError` naming the file and line/row for any bad input.
+    """
+    if files is None:
+        files = data_cfg.train_files
+    if files is not None and not isinstance(files, (list, tuple)):
+        files = [files]  # one path or one Dataset
+    if files:
+        return read_many(files, data_cfg.prompt_key, data_cfg.answer_key)
+    if data_cfg.prompts:
+        return inline_rows(data_cfg.prompts, data_cfg)
+    return [PromptRow(prompt=p, data_source="default", origin=f"DEFAULT_PROMPTS[{i}]")
+            for i, p in enumerate(DEFAULT_PROMPTS)]
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def uses_chat_template(tokenizer, data_cfg) -> bool:
+    return bool(data_cfg.apply_chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def render_prompt(prompt: Any, tokenizer, data_cfg) -> str:
+    """The text the model sees for `prompt` (str or chat messages); see the module doc."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if data_cfg.system_prompt and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": data_cfg.system_prompt}] + messages
+    if uses_chat_template(tokenizer, data_cfg):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if isinstance(prompt, str) and len(messages) == 1:
+        return prompt
+    return "\n".join(str(m["content"]) for m in messages)
+
+
+# ---------------------------------------------------------------------------
+# The loader
+# ---------------------------------------------------------------------------
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return (seed * 1_000_003 + epoch) % (2**63 - 1)
+
+
+class PromptLoader:
+    """Endless, seeded, resumable batches of tokenized prompts.
+
+    Batch fields: input_ids (B, P) long, left-padded with the pad token (eos when the
+    tokenizer has none); attention_mask (B, P) long; prompt_text (rendered text);
+    ground_truth; data_source; extra (dicts); group_id (a new integer per prompt, increasing
+    across batches). P is the longest prompt in the batch (<= data.max_prompt_length).
+    """
+
+    def __init__(self, rows: list[PromptRow], tokenizer, data_cfg, batch_size: int, seed: int = 0,
+                 shuffle: Optional[bool] = None, name: str = "train"):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.tokenizer = tokenizer
+        self.data_cfg = data_cfg
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = data_cfg.shuffle if shuffle is None else shuffle
+        self.name = name
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = 0 if pad is None else pad
+        self.num_filtered = 0
+        self.num_truncated = 0
+        self.rows, self.texts, self.token_ids = self._encode(list(rows))
+        # Position in the endless stream (the resumable state)
+        self.epoch = 0
+        self.position = 0
+        self.next_group_id = 0
+        self._order_cache: tuple[int, list[int]] = (-1, [])
+
+    # ------------------------------------------------------------ encoding
+    def _encode(self, rows: list[PromptRow]):
+        if not rows:
+            raise DataError(f"{self.name} data: no prompt rows")
+        cfg = self.data_cfg
+        texts = [render_prompt(r.prompt, self.tokenizer, cfg) for r in rows]
+        # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
+        add_special = not uses_chat_template(self.tokenizer, cfg)
+        ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]
+        limit, mode = cfg.max_prompt_length, cfg.truncation
+        keep_rows, keep_texts, keep_ids = [], [], []
+        for row, text, tok in zip(rows, texts, ids):
+            if len(tok) > limit:
+                if mode == "error":
+                    raise DataError(f"{row.origin or self.name}: the prompt has {len(tok)} tokens, more than "
+                                    f"data.max_prompt_length={limit} (data.truncation=error)")
+                if mode == "filter":
+                    self.num_filtered += 1
+                    continue
+                tok = tok[-limit:] if mode == "left" else tok[:limit]
+                text = self.tokenizer.decode(tok)
+                self.num_truncated += 1
+            keep_rows.append(row)
+            keep_texts.append(text)
+            keep_ids.append(list(tok))
+        if self.num_filtered:
+            print(f"[verl.data] {self.name}: dropped {self.num_filtered} of {len(rows)} prompts longer than "
+                  f"data.max_prompt_length={limit} tokens (data.truncation=filter)")
+        if self.num_truncated:
+            print(f"[verl.data] {self.name}: cut {self.num_truncated} of {len(rows)} prompts to "
+                  f"data.max_prompt_length={limit} tokens (data.truncation={mode})")
+        if not keep_rows:
+            raise DataError(f"{self.name} data: all {len(rows)} prompts are longer than "
+                            f"data.max_prompt_length={limit} tokens; raise it or use data.truncation=left")
+        return keep_rows, keep_texts, keep_ids
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # ------------------------------------------------------------ ordering
+    def _order(self, epoch: int) -> list[int]:
+        if self._order_cache[0] != epoch:
+            n = len(self.rows)
+            if self.shuffle:
+                g = torch.Generator().manual_seed(_epoch_seed(self.seed, epoch))
+                order = torch.randperm(n, generator=g).tolist()
+            else:
+                order = list(range(n))
+            self._order_cache = (epoch, order)
+        return self._order_cache[1]
+
+    def next_indices(self) -> list[int]:
+        """Row indices of the next batch, advancing the state (crosses epochs if needed)."""
+        n, out = len(self.rows), []
+        while len(out) < self.batch_size:
+            order = self._order(self.epoch)
+            take = min(self.batch_size - len(out), n - self.position)
+            out.extend(order[self.position:self.position + take])
+            self.position += take
+            if self.position == n:
+                self.epoch, self.position = self.epoch + 1, 0
+        return out
+
+    def next_batch(self) -> Batch:
+        indices = self.next_indices()
+        group_ids = list(range(self.next_group_id, self.next_group_id + len(indices)))
+        self.next_group_id += len(indices)
+        return self.make_batch(indices, group_ids)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.next_batch()
+
+    def one_pass(self, batch_size: Optional[int] = None) -> Iterator[Batch]:
+        """All rows once, in stored order (validation); group_id = row index. State untouched."""
+        size = batch_size or self.batch_size
+        for start in range(0, len(self.rows), size):
+            idx = list(range(start, min(start + size, len(self.rows))))
+            yield self.make_batch(idx, idx)
+
+    def make_batch(self, indices: list[int], group_ids: list[int]) -> Batch:
+        seqs = [self.token_ids[i] for i in indices]
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)  # (B, P)
+        attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, P)
+        for b, s in enumerate(seqs):
+            if s:
+                input_ids[b, width - len(s):] = torch.tensor(s, dtype=torch.long)
+                attention_mask[b, width - len(s):] = 1
+        rows = [self.rows[i] for i in indices]
+        return Batch(input_ids=input_ids, attention_mask=attention_mask,
+                     prompt_text=[self.texts[i] for i in indices],
+                     ground_truth=[r.ground_truth for r in rows],
+                     data_source=[r.data_source for r in rows],
+                     extra=[dict(r.extra) for r in rows],
+                     group_id=list(group_ids))
+
+    # ------------------------------------------------------------ resume
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "next_group_id": self.next_group_id,
+                "seed": self.seed, "num_rows": len(self.rows), "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_rows"] != len(self.rows):
+            raise DataError(f"{self.name} data: the checkpoint was taken with {state['num_rows']} prompt rows, "
+                            f"the data now has {len(self.rows)}; resume with the same data and settings")
+        if state["seed"] != self.seed or state["shuffle"] != self.shuffle:
+            raise DataError(f"{self.name} data: the checkpoint used seed={state['seed']} shuffle={state['shuffle']}, "
+                            f"this run seed={self.seed} shuffle={self.shuffle}; the data order would differ")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.next_group_id = int(state["next_group_id"])
+
+
+def build_prompt_loaders(cfg, tokenizer) -> tuple[PromptLoader, Optional[list[PromptRow]]]:
+    """(train loader, validation rows or None) for a full `Config`.
+
+    Training data: `data.train_files`, else `data.prompts`, else `DEFAULT_PROMPTS`.
+    Validation rows: `data.val_files`, the first `data.val_max_samples` of them.
+    """
+    rows = load_prompt_rows(cfg.data)
+    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed)
+    val_rows = None
+    if cfg.data.val_files:
+        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files)[: cfg.data.val_max_samples]
+    return train, val_rows

@@ -1,0 +1,151 @@
+"""Tiny random models with locally trained tokenizers: `model.name: tiny:<arch>`.
+
+They need no download, so the embedded default run, the tests and CI work offline.
+The build is deterministic (fixed seed, fixed corpus) and cached on disk under
+`$VERL_CACHE/tiny/<arch>` (default `~/.cache/verl`), as a normal Hugging Face folder
+that `AutoModelForCausalLM` / `AutoTokenizer` (and vLLM) load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+TINY_ARCHS = ("gpt2", "llama", "qwen2")
+TINY_VERSION = 2  # bump when the build changes, so stale caches are not reused
+
+# Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
+# and plain English, so that common words are single tokens and outputs are readable.
+_CORPUS = """
+I love reinforcement learning. Reinforcement learning trains a policy from rewards.
+The model writes an answer, a reward function scores it, and the policy improves.
+Explain reinforcement learning in one sentence. What is the capital of France?
+Paris is the capital of France. Write a short poem about the sea. Tell me a story.
+The quick brown fox jumps over the lazy dog. Once upon a time there was a little robot.
+What is 17 + 25? The answer is 42. Add the numbers and give the result. #### 42
+Question: Tom has 3 apples and buys 5 more. How many apples does Tom have? Answer: 8
+one two three four five six seven eight nine ten hundred thousand plus minus times
+0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 25 42 50 99 100
+Hello, how are you today? I am fine, thank you. Please describe your favourite food.
+Summarize the following text. Translate to French. Give three reasons why exercise helps.
+user assistant system You are a helpful assistant.
+"""
+
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def cache_root() -> str:
+    return os.environ.get("VERL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "verl"))
+
+
+def _train_tokenizer(arch: str, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>"] + (["<|im_start|>", "<|im_end|>"] if arch != "gpt2" else [])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    kwargs = dict(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                  bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    if arch != "gpt2":
+        kwargs.update(eos_token="<|im_end|>", additional_special_tokens=["<|im_start|>"])
+    fast = PreTrainedTokenizerFast(**kwargs)
+    if arch != "gpt2":
+        fast.chat_template = _CHAT_TEMPLATE
+    return fast
+
+
+def _model_config(arch: str, tokenizer, hidden: int, layers: int):
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    vocab = len(tokenizer)
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id)
+    if arch == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_positions=512, n_embd=hidden, n_layer=layers, n_head=4, **ids)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=True, **ids)
+    if arch == "llama":
+        return LlamaConfig(head_dim=hidden // 4, **common)
+    return Qwen2Config(**common)
+
+
+def _pretrain(model, tokenizer, steps: int, seed: int) -> None:
+    """A few hundred next-token steps on the built-in corpus, so the tiny model writes
+    English-looking text and RL has something to shape (a random model samples noise)."""
+    import torch
+
+    text = " ".join(line.strip() for line in _CORPUS.strip().splitlines())
+    ids = torch.tensor(tokenizer(text)["input_ids"])
+    block = 64
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(ids) - block - 1, (16,), generator=gen)
+        x = torch.stack([ids[s:s + block] for s in starts])
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
+def build_tiny_model(arch: str, out_dir: str, hidden: int = 64, layers: int = 2, vocab_size: int = 512,
+                     seed: int = 0, pretrain_steps: int = 200) -> str:
+    """Write a small `arch` model + tokenizer to `out_dir` and return the path.
+
+    With `pretrain_steps` > 0 the random init is first trained briefly on the built-in
+    corpus (seconds on a CPU; deterministic for a given seed)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown tiny architecture '{arch}'; choose one of {', '.join(TINY_ARCHS)}")
+    tokenizer = _train_tokenizer(arch, vocab_size)
+    config = _model_config(arch, tokenizer, hidden, layers)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    if pretrain_steps:
+        _pretrain(model, tokenizer, pretrain_steps, seed)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def tiny_model_path(arch: str) -> str:
+    """Path of the cached `tiny:<arch>` model, building it once (atomically) if missing."""
+    final = os.path.join(cache_root(), "tiny", f"{arch}-v{TINY_VERSION}")
+    marker = os.path.join(final, "verl_tiny.json")
+    if os.path.exists(marker):
+        return final
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{arch}-", dir=os.path.dirname(final))
+    build_tiny_model(arch, tmp)
+    with open(os.path.join(tmp, "verl_tiny.json"), "w") as fh:
+        json.dump({"arch": arch}, fh)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process won the race; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def resolve_model_name(name: str) -> str:
+    """Map `tiny:<arch>` to its cached folder; other names pass through."""
+    if name.startswith("tiny:"):
+        return tiny_model_path(name[len("tiny:"):])
+    return name

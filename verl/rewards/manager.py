@@ -1,0 +1,215 @@
+"""RewardManager: turn a Batch into one scalar score per sequence, plus metrics.
+
+    manager = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens)
+    scores, metrics = manager.score(batch)     # scores: (B,) float32; metrics: {"reward/<name>": ...}
+
+A `combined` reward is the weighted sum of its components; every other type is a single
+component. Each component's function is called once on the whole batch. Its output is
+checked: it must have one finite number per sample. A sample whose function raised or
+returned NaN/inf/None/a string (or a batch with the wrong number of scores) is an
+*error*: with `on_error: fail` it raises `RewardError` naming the function and showing
+the sample; with `on_error: zero` it scores 0 and is counted in `reward/errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from verl.config import ConfigError, RewardFnConfig
+from verl.rewards.base import RewardError, RewardFn, SampleError, short
+from verl.rewards.registry import REWARD_TYPES, get_builder
+
+logger = logging.getLogger("verl.rewards")
+
+
+@dataclass
+class Component:
+    name: str  # metric label: reward/<name>
+    label: str  # names the function in error messages
+    weight: float
+    fn: RewardFn
+    on_error: str  # fail | zero
+
+
+def describe(cfg: RewardFnConfig) -> str:
+    """How error messages name a reward function, e.g. "python (my_rewards.py:score)"."""
+    detail = {"python": cfg.function, "api": cfg.url, "huggingface_rm": cfg.model_name}.get(cfg.type)
+    label = cfg.type + (f" ({detail})" if detail else "")
+    return f"'{cfg.name}' = {label}" if cfg.name else label
+
+
+def build_samples(batch, max_response_length: Optional[int] = None) -> tuple[list, list, list]:
+    """(prompts, responses, samples) from a Batch; see verl.rewards.base for the sample keys."""
+    responses = list(batch.response_text)
+    n = len(responses)
+    if n == 0 and len(batch) > 0:
+        raise ValueError("RewardManager.score: batch.response_text is empty; the rollout must decode responses")
+    prompts = list(batch.prompt_text) if batch.prompt_text else [""] * n
+    ground_truth = list(batch.ground_truth) if batch.ground_truth else [None] * n
+    data_source = list(batch.data_source) if batch.data_source else [None] * n
+    extra = list(batch.extra) if batch.extra else [{} for _ in range(n)]
+    truncated = [bool(t) for t in batch.truncated] if batch.truncated else [False] * n
+    if batch.response_mask is not None:
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        width = batch.response_mask.shape[1]
+    elif batch.responses is not None and batch.attention_mask is not None:
+        width = batch.responses.shape[1]
+        lengths = batch.attention_mask[:, -width:].sum(-1).long().tolist()
+    else:
+        width, lengths = 0, [0] * n
+    max_len = int(max_response_length) if max_response_length else int(width)
+    samples = [
+        dict(ground_truth=ground_truth[i], data_source=data_source[i], extra=extra[i] if extra[i] is not None else {},
+             response_length=int(lengths[i]), max_response_length=max_len, truncated=truncated[i])
+        for i in range(n)
+    ]
+    return prompts, responses, samples
+
+
+def _as_float(value: Any) -> tuple[Optional[float], str]:
+    """(float, "") for a finite real number, else (None, why not)."""
+    if isinstance(value, SampleError):
+        return None, value.message
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)) and getattr(value, "shape", None) == ():
+        value = value.item()  # numpy scalars
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f):
+            return f, ""
+        return None, f"returned {f}"
+    return None, f"returned {short(repr(value), 40)} (not a number)"
+
+
+class RewardManager:
+    """Scores batches with the reward function(s) described by a RewardFnConfig."""
+
+    def __init__(self, cfg: RewardFnConfig, max_response_length: Optional[int] = None):
+        self.cfg = cfg
+        self.max_response_length = max_response_length
+        self.components = self._build_components(cfg)
+
+    @staticmethod
+    def _build_components(cfg: RewardFnConfig) -> list[Component]:
+        if cfg.type not in REWARD_TYPES:
+            raise ConfigError(f"reward_fn.type: '{cfg.type}' is not one of {', '.join(REWARD_TYPES)}")
+        if cfg.type == "combined":
+            if not cfg.components:
+                raise ConfigError("reward_fn.components: required (a non-empty list) for type combined")
+            parts = []
+            for i, c in enumerate(cfg.components):
+                if isinstance(c, dict):
+                    from verl.config import build_section
+
+                    c = build_section(RewardFnConfig, c, f"reward_fn.components[{i}]")
+                if c.type == "combined":
+                    raise ConfigError(f"reward_fn.components[{i}].type: components cannot be 'combined' themselves")
+                # the parent's weight scales the whole sum; 'zero' on the parent applies to every component
+                policy = "zero" if "zero" in (c.on_error, cfg.on_error) else "fail"
+                parts.append((dataclasses.replace(c, on_error=policy), c.weight * cfg.weight, policy))
+        else:
+            parts = [(cfg, cfg.weight, cfg.on_error)]
+        components, seen = [], {}
+        for c, weight, policy in parts:
+            base = c.name or c.type
+            seen[base] = seen.get(base, 0) + 1
+            name = base if seen[base] == 1 else f"{base}_{seen[base]}"
+            fn = get_builder(c.type)(c)
+            components.append(Component(name=name, label=describe(c), weight=float(weight), fn=fn, on_error=policy))
+        return components
+
+    def __call__(self, prompts: list, responses: list, samples: list) -> list[float]:
+        """Combined scores as a plain list (the manager is itself a reward function)."""
+        total, _ = self._score_lists(prompts, responses, samples)
+        return total
+
+    def score(self, batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scores (B,) float32, metrics) for a Batch with prompt_text/response_text filled."""
+        prompts, responses, samples = build_samples(batch, self.max_response_length)
+        total, metrics = self._score_lists(prompts, responses, samples)
+        return torch.tensor(total, dtype=torch.float32), metrics
+
+    def _score_lists(self, prompts, responses, samples) -> tuple[list[float], dict[str, float]]:
+        n = len(responses)
+        total = [0.0] * n
+        metrics: dict[str, float] = {}
+        errored: set[int] = set()
+        for comp in self.components:
+            values, bad = run_component(comp, prompts, responses, samples)
+            errored |= bad
+            for i, v in enumerate(values):
+                total[i] += comp.weight * v
+            metrics[f"reward/{comp.name}"] = sum(values) / n if n else 0.0
+        metrics["reward/errors"] = float(len(errored))
+        return total, metrics
+
+
+def run_component(comp: Component, prompts, responses, samples) -> tuple[list[float], set[int]]:
+    """Call one reward function on the batch; check and police its output.
+
+    Returns (scores with errors set to 0, indices of errored samples). If the function
+    raises on the whole batch and allows it (`fn.isolate_errors`, default True), it is
+    called again one sample at a time to find which samples fail.
+    """
+    n = len(responses)
+    if n == 0:
+        return [], set()
+    try:
+        out = comp.fn(prompts, responses, samples)
+    except RewardError:
+        raise
+    except Exception as exc:
+        if getattr(comp.fn, "isolate_errors", True) and n > 1:
+            out = []
+            for i in range(n):
+                try:
+                    one = comp.fn([prompts[i]], [responses[i]], [samples[i]])
+                    out.append(one[0] if _is_sequence(one) and len(one) == 1 else SampleError(
+                        f"returned {short(repr(one), 40)} for one sample"))
+                except RewardError:
+                    raise
+                except Exception as exc_i:
+                    out.append(SampleError(f"raised {type(exc_i).__name__}: {exc_i}"))
+        else:
+            out = [SampleError(f"raised {type(exc).__name__}: {exc}")] * n
+    if isinstance(out, torch.Tensor):
+        out = out.reshape(-1).tolist() if out.dim() <= 1 else out
+    elif hasattr(out, "tolist") and not isinstance(out, (list, tuple)):
+        out = out.tolist()  # numpy arrays
+    if not _is_sequence(out) or len(out) != n:
+        got = f"{len(out)} scores" if _is_sequence(out) else short(repr(out), 40)
+        out = [SampleError(f"returned {got} for a batch of {n} samples")] * n
+
+    values, bad, first = [], set(), None
+    for i, v in enumerate(out):
+        f, why = _as_float(v)
+        if f is None:
+            bad.add(i)
+            first = first if first is not None else (i, why)
+            f = 0.0
+        values.append(f)
+    if bad:
+        i, why = first
+        message = (f"reward {comp.label} failed on sample {i} of {n} "
+                   f"(prompt={short(prompts[i])!r}, response={short(responses[i])!r}): {short(why, 200)}")
+        if comp.on_error == "fail":
+            raise RewardError(message + " [set on_error: zero to score such samples 0]")
+        logger.warning("%d sample(s) scored 0 under on_error=zero; first: %s", len(bad), message)
+    return values, bad
+
+
+def _is_sequence(x) -> bool:
+    return isinstance(x, (list, tuple))
+
+
+def build_reward_manager(cfg: RewardFnConfig, max_response_length: Optional[int] = None) -> RewardManager:
+    """Factory: a RewardManager for `cfg` (pass rollout.max_new_tokens as max_response_length)."""
+    return RewardManager(cfg, max_response_length=max_response_length)

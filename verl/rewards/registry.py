@@ -1,0 +1,40 @@
+"""The reward types verl knows, and where each one's builder lives.
+
+`REWARD_TYPES` is the one list of valid `reward_fn.type` values (config checks import
+it). Builders are imported lazily, so choosing `string_match` never imports the code
+for Hugging Face reward models or HTTP clients.
+
+A builder takes a `RewardFnConfig` and returns a batch reward function
+`fn(prompts, responses, samples) -> list[float]` (see `verl.rewards.base`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+REWARD_TYPES = ("string_match", "keyword", "length_penalty", "python", "gsm8k", "math", "number", "format",
+                "huggingface_rm", "api", "combined")
+
+# type -> "module:builder". `combined` is assembled by the manager from its components.
+_BUILDERS = {
+    "string_match": "verl.rewards.rule:build_string_match",
+    "keyword": "verl.rewards.rule:build_keyword",
+    "length_penalty": "verl.rewards.rule:build_length_penalty",
+    "python": "verl.rewards.python_fn:build_python",
+    "gsm8k": "verl.rewards.verifiable:build_gsm8k",
+    "math": "verl.rewards.verifiable:build_math",
+    "number": "verl.rewards.verifiable:build_number",
+    "format": "verl.rewards.verifiable:build_format",
+    "huggingface_rm": "verl.rewards.hf_rm:build_huggingface_rm",
+    "api": "verl.rewards.api:build_api",
+}
+assert set(_BUILDERS) | {"combined"} == set(REWARD_TYPES)
+
+
+def get_builder(reward_type: str) -> Callable:
+    """The builder for `reward_type`; a clear error for an unknown type."""
+    if reward_type not in _BUILDERS:
+        raise ValueError(f"reward_fn.type: '{reward_type}' is not one of {', '.join(REWARD_TYPES)}")
+    module_name, attr = _BUILDERS[reward_type].split(":")
+    return getattr(importlib.import_module(module_name), attr)

@@ -1,0 +1,102 @@
+"""The rollout engine interface and the one function that turns sampled token lists
+into a `Batch`, shared by every backend so nothing downstream knows which one ran.
+
+An engine sees token ids only: prompts arrive tokenized and left-padded, responses go
+back as ids plus the engine's own per-token log-probs.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from verl.batch import Batch
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    n: int = 1  # samples per prompt
+    stop: list = field(default_factory=list)  # stop strings (the stop text stays in the response)
+    seed: Optional[int] = None
+    greedy: bool = False  # overrides temperature/top_p/top_k (ReMax baseline, validation)
+
+    @classmethod
+    def from_config(cls, rollout_cfg) -> "SamplingParams":
+        return cls(max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,
+                   top_p=rollout_cfg.top_p, top_k=rollout_cfg.top_k, n=rollout_cfg.n,
+                   stop=list(rollout_cfg.stop), seed=rollout_cfg.seed)
+
+
+class RolloutEngine(abc.ABC):
+    """Generates responses for a prompt Batch.
+
+    `generate(prompts, sampling)` takes a Batch with `input_ids`/`attention_mask` of shape
+    (B, P) (left-padded prompts) and the per-prompt list fields, and returns a Batch of
+    B * n rows laid out as documented in `verl.batch` (samples of one prompt adjacent,
+    sharing `group_id`), with `rollout_log_probs` filled by the engine.
+    """
+
+    @abc.abstractmethod
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> dict:
+        """Push the actor's current weights into the engine; returns metrics (seconds, bytes).
+        Engines that generate with the actor's own module need not do anything."""
+        return {}
+
+    def sleep(self) -> None:
+        """Release generation memory (KV cache) while the actor trains."""
+
+    def wake_up(self) -> None:
+        """Re-acquire generation memory before the next `generate`."""
+
+
+def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_probs: Sequence[Sequence[float]],
+                     tokenizer, max_new_tokens: int, finished: Optional[Sequence[bool]] = None) -> Batch:
+    """Build the rollout Batch from per-sequence response token lists.
+
+    prompts:   Batch of N rows (already repeated n times per prompt), input_ids (N, P)
+    responses: N lists of generated ids (EOS included when the engine stopped on it)
+    log_probs: N lists, same lengths, log-prob of each generated id under the engine
+    finished:  N flags, True if the sequence ended on EOS or a stop string (not on length);
+               None -> inferred from EOS.
+    Returns input_ids (N, P + R) with R = longest response, response_mask 1 on generated
+    tokens (EOS included) and 0 on right padding, and position ids that count real tokens.
+    """
+    n = len(responses)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    resp_len = max(1, max((len(r) for r in responses), default=1))
+    resp_ids = torch.full((n, resp_len), pad_id, dtype=torch.long)
+    resp_mask = torch.zeros((n, resp_len), dtype=torch.float32)
+    resp_logp = torch.zeros((n, resp_len), dtype=torch.float32)
+    for i, (ids, lps) in enumerate(zip(responses, log_probs)):
+        if len(ids) != len(lps):
+            raise ValueError(f"rollout sample {i}: {len(ids)} tokens but {len(lps)} log-probs")
+        if ids:
+            resp_ids[i, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+            resp_mask[i, : len(ids)] = 1.0
+            resp_logp[i, : len(ids)] = torch.as_tensor(list(lps), dtype=torch.float32)
+    if finished is None:
+        eos = tokenizer.eos_token_id
+        finished = [bool(r) and r[-1] == eos for r in responses]
+    truncated = [(not f) and len(r) >= max_new_tokens for f, r in zip(finished, responses)]
+
+    prompt_ids = prompts.input_ids.cpu()
+    prompt_mask = prompts.attention_mask.cpu()
+    input_ids = torch.cat([prompt_ids, resp_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, resp_mask.long()], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask
+    texts = tokenizer.batch_decode(
+        [r[:-1] if (f and r and r[-1] == tokenizer.eos_token_id) else r for r, f in zip(responses, finished)],
+        skip_special_tokens=True,
+    )
+    return prompts.replace(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           responses=resp_ids, response_mask=resp_mask, rollout_log_probs=resp_logp,
+                           response_text=texts, truncated=truncated)

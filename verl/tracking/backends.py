@@ -1,0 +1,204 @@
+"""Where metrics go: one small class per backend, all with the same four methods.
+
+    log(metrics, step)        metrics: {canonical name: float}; non-finite values allowed
+    log_samples(step, rows)   rows: [{"prompt": ..., "response": ..., "reward": ...}, ...]
+    log_text(key, text, step)
+    close()
+
+`Tracker` (tracker.py) fans each call out to the backends the config names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Optional
+
+from verl.tracking.metrics import fmt, json_safe, lookup
+
+
+class ConsoleBackend:
+    """One readable line per logged step, e.g.
+    `step 12/100 | reward 0.532 | kl 0.012 | entropy 2.31 | resp_len 18.2 | 3.1s`.
+
+    Printed through `tqdm.write` so an active progress bar is not broken up.
+    Only every `log_every`-th step (and the last) is printed; file backends keep all steps.
+    """
+
+    FIELDS = (  # (label, canonical key)
+        ("reward", "reward/mean"),
+        ("kl", "actor/kl"),
+        ("entropy", "actor/entropy"),
+        ("resp_len", "response_length/mean"),
+    )
+
+    def __init__(self, total_steps: Optional[int] = None, log_every: int = 1, printer=None):
+        self.total_steps = total_steps
+        self.log_every = max(1, int(log_every))
+        self._printer = printer
+        self._last_time: Optional[float] = None
+        self._last_step: Optional[int] = None
+
+    def _print(self, line: str) -> None:
+        if self._printer is not None:
+            self._printer(line)
+            return
+        from tqdm import tqdm
+
+        tqdm.write(line)
+
+    def format_line(self, metrics: dict, step: int, seconds: Optional[float]) -> str:
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"step {step}{total}"]
+        for label, key in self.FIELDS:
+            value = lookup(metrics, key)
+            if value is not None:
+                parts.append(f"{label} {fmt(value)}")
+        val_keys = sorted(k for k in metrics if k.startswith("val/"))
+        for key in val_keys[:2]:  # validation steps: show the first two val metrics
+            parts.append(f"{key} {fmt(metrics[key])}")
+        tps = lookup(metrics, "perf/tokens_per_s")
+        if tps is not None:
+            parts.append(f"{fmt(tps)} tok/s")
+        if seconds is not None:
+            parts.append(f"{seconds:.1f}s")
+        return " | ".join(parts)
+
+    def log(self, metrics: dict, step: int) -> None:
+        now = time.monotonic()
+        seconds = lookup(metrics, "timing_s/step")
+        if seconds is None and self._last_time is not None and self._last_step is not None and step > self._last_step:
+            seconds = (now - self._last_time) / (step - self._last_step)  # wall time per step
+        self._last_time, self._last_step = now, step
+        is_last = self.total_steps is not None and step >= self.total_steps
+        if step % self.log_every == 0 or is_last or any(k.startswith("val/") for k in metrics):
+            self._print(self.format_line(metrics, step, seconds))
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        pass  # samples go to files and dashboards, not the terminal
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self._print(f"[{key} @ step {step}] {text}")
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlBackend:
+    """`metrics.jsonl`: one object per `log` call, {"step": N, <metric>: value|null, ...}.
+    `samples.jsonl`: one object per sample, {"step": N, "prompt": ..., "response": ..., ...}.
+    `text.jsonl`: {"step": N, "key": ..., "text": ...}. Files are flushed after each write
+    so a crashed run keeps everything logged so far.
+    """
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self._metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self._samples = None
+        self._text = None
+
+    @staticmethod
+    def _write(fh, obj: dict) -> None:
+        fh.write(json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        fh.flush()
+
+    def log(self, metrics: dict, step: int) -> None:
+        self._write(self._metrics, {"step": step, **{k: json_safe(v) for k, v in metrics.items()}})
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        if self._samples is None:
+            self._samples = open(os.path.join(self.run_dir, "samples.jsonl"), "a", encoding="utf-8")
+        for sample in samples:
+            row = {k: (json_safe(v) if isinstance(v, float) else v) for k, v in sample.items()}
+            self._write(self._samples, {"step": step, **row})
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        if self._text is None:
+            self._text = open(os.path.join(self.run_dir, "text.jsonl"), "a", encoding="utf-8")
+        self._write(self._text, {"step": step, "key": key, "text": text})
+
+    def close(self) -> None:
+        for fh in (self._metrics, self._samples, self._text):
+            if fh is not None:
+                fh.close()
+
+
+def _sample_columns(samples: list[dict]) -> list[str]:
+    columns: list[str] = []
+    for sample in samples:
+        columns += [k for k in sample if k not in columns]
+    return columns
+
+
+class TensorBoardBackend:
+    """Scalars under their canonical names in `run_dir/tensorboard`; samples as a markdown table."""
+
+    def __init__(self, run_dir: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=os.path.join(run_dir, "tensorboard"))
+
+    def log(self, metrics: dict, step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, global_step=step)  # NaN/Inf are stored as-is
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        if not samples:
+            return
+        columns = _sample_columns(samples)
+
+        def cell(v: Any) -> str:  # one markdown table cell: no newlines or bare pipes
+            return str(v).replace("|", "\\|").replace("\n", "<br>")
+
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(cell(s.get(c, "")) for c in columns) + " |" for s in samples]
+        self.writer.add_text("samples", "\n".join(lines), global_step=step)
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self.writer.add_text(key, text, global_step=step)
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+
+
+class WandbBackend:
+    """A WandB run in `run_dir/wandb`; mode 'offline' writes locally and needs no network
+    (`wandb sync run_dir/wandb/offline-run-*` uploads it later)."""
+
+    def __init__(self, run_dir: str, project: str, name: str, mode: str, config: dict):
+        try:
+            import wandb
+        except ImportError:
+            raise RuntimeError(
+                "logging.backends includes 'wandb' but the wandb package is not installed: "
+                "pip install 'verl[wandb]' (or remove 'wandb' from logging.backends)"
+            ) from None
+        self.wandb = wandb
+        self.run = wandb.init(project=project, name=name, mode=mode, dir=run_dir, config=config)
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        if not samples:
+            return
+        columns = _sample_columns(samples)
+        rows = [[_wandb_cell(s.get(c)) for c in columns] for s in samples]
+        self.run.log({"samples": self.wandb.Table(columns=["step"] + columns, data=[[step] + r for r in rows])}, step=step)
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self.run.log({key: self.wandb.Table(columns=["step", "text"], data=[[step, text]])}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def _wandb_cell(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

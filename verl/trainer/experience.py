@@ -1,0 +1,79 @@
+"""Turning sequence-level scores into the token-level quantities the losses need.
+
+Pure functions of a Batch: where the reward sits, KL in the reward, advantages.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms.advantages import compute_advantages
+from verl.algorithms.dapo import overlong_penalty
+from verl.algorithms.kl import apply_kl_in_reward, kl_penalty
+from verl.algorithms.masked import masked_mean, masked_whiten
+from verl.batch import Batch
+
+
+def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) index of each response's last counted token (0 for an empty response)."""
+    r = response_mask.shape[1]
+    positions = torch.arange(r).expand_as(response_mask)
+    return torch.where(response_mask > 0, positions, torch.zeros_like(positions)).max(dim=1).values
+
+
+def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) scores -> (B, R) with each score on its response's last counted token.
+
+    Outcome rewards arrive once the answer is complete; GAE then propagates them back.
+    """
+    out = torch.zeros_like(response_mask, dtype=torch.float32)
+    out.scatter_(1, last_token_index(response_mask).unsqueeze(1), scores.float().unsqueeze(1))
+    return out * (response_mask.sum(dim=1, keepdim=True) > 0)
+
+
+def shape_scores(batch: Batch, algorithm_cfg, max_new_tokens: int) -> tuple[torch.Tensor, dict]:
+    """DAPO's soft overlong punishment added to the scores (when on)."""
+    op = algorithm_cfg.overlong_penalty
+    if not op.enable:
+        return batch.scores, {}
+    lengths = batch.response_mask.sum(dim=1)
+    penalty = overlong_penalty(lengths, max_new_tokens, op.buffer_len, op.penalty_factor)
+    return batch.scores + penalty, {"reward/overlong_penalty": float(penalty.mean())}
+
+
+def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float) -> tuple[Batch, dict]:
+    """Fill token_level_scores/rewards, advantages and returns.
+
+    token_level_rewards = scores on the last token - kl_coef * KL(old || ref) per token
+    (when use_kl_in_reward); outcome estimators use its per-sequence sum.
+    """
+    a = algorithm_cfg
+    mask = batch.response_mask
+    metrics = {}
+    batch.token_level_scores = place_on_last_token(batch.scores, mask)
+    if a.use_kl_in_reward:
+        batch.token_level_rewards, mean_kl = apply_kl_in_reward(
+            batch.token_level_scores, batch.old_log_probs, batch.ref_log_probs, mask, kl_coef, a.kl_estimator)
+        metrics["actor/kl_in_reward"] = float(mean_kl)
+        metrics["actor/kl_coef"] = kl_coef
+    else:
+        batch.token_level_rewards = batch.token_level_scores
+    advantages, returns = compute_advantages(
+        a.adv_estimator, token_rewards=batch.token_level_rewards, values=batch.values,
+        scores=batch.token_level_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
+        group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo)
+    if a.adv_estimator == "gae":
+        advantages = masked_whiten(advantages, mask)  # PPO normalises advantages per batch
+    batch.advantages, batch.returns = advantages, returns
+    metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
+    return batch, metrics
+
+
+def policy_kl(batch: Batch) -> float:
+    """Mean per-token KL(pi_old || pi_ref) over counted tokens: the seed's `kl`.
+
+    Uses the k3 estimator (unbiased like k1, but never negative and lower variance), so
+    the monitored number reads like a divergence whatever estimator the loss uses."""
+    if batch.ref_log_probs is None or batch.response_mask.sum() == 0:
+        return 0.0
+    return float(masked_mean(kl_penalty(batch.old_log_probs, batch.ref_log_probs, "k3"), batch.response_mask))

@@ -1,0 +1,43 @@
+"""Per-stage wall-clock timing, kept out of the trainer's step body."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class StageTimer:
+    """`timer("rollout", fn, *args)` runs fn and adds its seconds to `timing_s/rollout`.
+
+    Times are exclusive: a stage timed inside another (reward inside rollout) is charged
+    to itself only, so the stages add up to the step time.
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._stack: list[float] = []  # time already charged to nested stages, per open stage
+
+    def reset(self) -> None:
+        self.seconds = {}
+        self._stack = []
+
+    def __call__(self, stage: str, fn, *args, **kwargs):
+        start = time.perf_counter()
+        self._stack.append(0.0)
+        try:
+            result = fn(*args, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # GPU work is asynchronous: charge it to this stage
+        finally:
+            total = time.perf_counter() - start
+            nested = self._stack.pop()
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + total - nested
+            if self._stack:
+                self._stack[-1] += total
+        return result
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
+        out["timing_s/step"] = sum(self.seconds.values())
+        return out

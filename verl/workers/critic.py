@@ -1,0 +1,116 @@
+"""Critic: V(s_t) for every response position, from a value head on its own backbone.
+
+`critic.name` may be a different (e.g. smaller) model that shares the actor's
+tokenizer; by default it starts from the actor's weights.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from verl.algorithms.value_loss import explained_variance
+from verl.algorithms.value_loss import compute_value_loss
+from verl.algorithms.masked import count_tokens_and_seqs
+from verl.batch import Batch
+from verl.models.loading import ModelLoadError, _attn_implementation, _path_or_hub, disable_dropout, torch_dtype
+from verl.workers.micro_batches import make_micro_batches, pad_response_columns, trim_padding
+from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_step
+
+
+class ValueModel(torch.nn.Module):
+    """A transformer trunk plus a scalar head: hidden (B, T, H) -> values (B, T)."""
+
+    def __init__(self, trunk: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.trunk = trunk
+        self.value_head = torch.nn.Linear(hidden_size, 1)
+        # Small init: early values near 0 keep the first advantages close to the
+        # (normalised) rewards instead of noise from a random projection.
+        torch.nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1))
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        out = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=False)
+        return self.value_head(out.last_hidden_state).squeeze(-1).float()
+
+
+def load_value_model(config) -> ValueModel:
+    from transformers import AutoModel
+
+    c = config.critic
+    name = c.name or config.model.name
+    key = "critic.name" if c.name else "model.name"
+    path = _path_or_hub(name, key)
+    try:
+        trunk = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=c.trust_remote_code,
+                                          attn_implementation=_attn_implementation(config.model.use_flash_attention))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{key}: cannot load a critic backbone from '{name}': {str(exc).splitlines()[0]}") from None
+    disable_dropout(trunk)
+    hidden = trunk.config.get_text_config().hidden_size
+    return ValueModel(trunk, hidden)
+
+
+class Critic:
+    def __init__(self, config, device: torch.device, model: ValueModel | None = None):
+        self.config = config
+        self.device = device
+        self.compute_dtype = torch_dtype(config.critic.dtype or config.model.dtype)
+        self.model = (model or load_value_model(config)).to(device)
+        if config.model.enable_gradient_checkpointing:
+            self.model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        t = config.training
+        self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, t.weight_decay, device)
+        self.scheduler = build_scheduler(self.optimizer, t)
+        self.generator = torch.Generator().manual_seed(config.seed + 1)
+
+    def _forward(self, mb: Batch) -> tuple[Batch, torch.Tensor]:
+        mb = trim_padding(mb).to(self.device)
+        with autocast_context(self.device, self.compute_dtype):
+            v = self.model(mb.input_ids, mb.attention_mask, mb.position_ids)
+        r = mb.response_length
+        return mb, v[:, -r - 1:-1]  # value of the state before each response token
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """values (B, R), zero on masked positions."""
+        t = self.config.training
+        out = []
+        for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch):
+            mb, v = self._forward(mb)
+            out.append(pad_response_columns((v * mb.response_mask).cpu(), batch.response_length))
+        return torch.cat(out)
+
+    def update(self, batch: Batch) -> dict:
+        """Clipped value regression towards `batch.returns`, same batching as the actor."""
+        a, t = self.config.algorithm, self.config.training
+        self.model.train()
+        sums: dict[str, float] = defaultdict(float)
+        n_updates = n_bad = 0
+        for _ in range(t.num_epochs):
+            for mini in batch.iter_minibatches(t.mini_batch_size, self.generator,
+                                               shuffle=t.num_epochs > 1 or t.mini_batch_size < len(batch)):
+                num_tokens, num_seqs = count_tokens_and_seqs(mini.response_mask)
+                counts = dict(num_tokens=num_tokens, num_seqs=num_seqs)
+                for mb in make_micro_batches(mini, t.micro_batch_size, t.max_tokens_per_micro_batch):
+                    mb, v = self._forward(mb)
+                    loss, m = compute_value_loss(v, mb.values, mb.returns, mb.response_mask, a.cliprange_value,
+                                                 loss_agg_mode="token-mean", **counts)
+                    loss.backward()
+                    share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)
+                    sums["critic/vf_loss"] += loss.item()
+                    for k, val in m.items():
+                        sums[f"critic/{k}"] += float(val) * share
+                grad_norm, ok = guarded_step(self.optimizer, self.model.parameters(), t.grad_clip)
+                n_updates += 1
+                n_bad += not ok
+                sums["critic/grad_norm"] += grad_norm if ok else 0.0
+        self.scheduler.step()
+        metrics = {k: v / n_updates for k, v in sums.items()}
+        metrics["critic/grad_norm"] = sums["critic/grad_norm"] / max(1, n_updates - n_bad)
+        metrics["critic/nonfinite_updates"] = float(n_bad)
+        metrics["critic/explained_var"] = float(explained_variance(batch.values, batch.returns, batch.response_mask))
+        return metrics

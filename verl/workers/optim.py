@@ -1,0 +1,55 @@
+"""Optimizer, learning-rate schedule and the guarded optimizer step shared by actor and critic."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+
+def build_optimizer(params, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    fused = device.type == "cuda"
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999), fused=fused)
+
+
+def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
+    """Linear warm-up over `warmup_steps`, then constant, linear decay to 0, or cosine to 0."""
+    if warmup_steps and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if kind == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer, training_cfg) -> torch.optim.lr_scheduler.LambdaLR:
+    """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: lr_multiplier(s, training_cfg.warmup_steps, training_cfg.total_steps, training_cfg.lr_scheduler),
+    )
+
+
+def guarded_step(optimizer, params, grad_clip: float) -> tuple[float, bool]:
+    """Clip gradients and step, unless the gradient norm is NaN/Inf: then the update is
+    dropped (gradients zeroed) and reported, so one bad batch cannot poison the weights."""
+    params = [p for p in params if p.requires_grad]
+    max_norm = grad_clip if grad_clip > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = float(norm)
+    ok = math.isfinite(norm)
+    if ok:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm, ok
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype):
+    """bf16/fp16 autocast over fp32 master weights; plain fp32 runs without it."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
