@@ -144,6 +144,7 @@ def finalize_config(cfg: Config) -> Config:
     _at_least(t.weight_decay, 0, "training.weight_decay")
     _at_least(t.warmup_steps, 0, "training.warmup_steps")
     _at_least(t.val_every, 0, "training.val_every")
+    _at_least(t.max_minutes, 0, "training.max_minutes")
     _at_least(t.max_bad_steps, 1, "training.max_bad_steps")
     _at_least(t.logprob_chunk_size, 1, "training.logprob_chunk_size")
     _choice(t.lr_scheduler, ("constant", "linear", "cosine"), "training.lr_scheduler")
@@ -192,4 +193,6 @@ def finalize_config(cfg: Config) -> Config:
     _at_least(cfg.distributed.nnodes, 1, "distributed.nnodes")
     _at_least(cfg.distributed.devices_per_node, 1, "distributed.devices_per_node")
     _positive(cfg.distributed.timeout_s, "distributed.timeout_s")
+    _choice(cfg.distributed.rollout, ("auto", "driver", "workers"), "distributed.rollout")
+    _positive(cfg.distributed.weight_bucket_mb, "distributed.weight_bucket_mb")
     return cfg

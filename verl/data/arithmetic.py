@@ -47,7 +47,7 @@ def _space_size(digits: int, ops: str) -> int:
 
 
 def generate_arithmetic(n: int, digits: int = 2, ops: str = OPS, seed: int = 0, instruction: bool = True,
-                        word_fraction: float = 0.5) -> list[dict]:
+                        word_fraction: float = 0.5, data_source: str = "arithmetic") -> list[dict]:
     """`n` unique problems (records as in the module doc), deterministic for a given seed."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -80,7 +80,7 @@ def generate_arithmetic(n: int, digits: int = 2, ops: str = OPS, seed: int = 0, 
             kind = "bare"
             question = f"What is {a} {op} {b}?"
         prompt = f"{question} {INSTRUCTION}" if instruction else question
-        records.append({"prompt": prompt, "answer": str(_solve(a, op, b)), "data_source": "arithmetic",
+        records.append({"prompt": prompt, "answer": str(_solve(a, op, b)), "data_source": data_source,
                         "extra_info": {"index": len(records), "a": a, "op": op, "b": b, "kind": kind}})
     return records
 
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digits", type=int, default=2, help="operands have up to this many digits")
     parser.add_argument("--ops", default=OPS, help="operations to draw from, e.g. '+-' (default '+-*')")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data_source", default="arithmetic",
+                        help="label of these rows; validation reports accuracy per data source")
     parser.add_argument("--format", choices=("jsonl", "parquet"), default=None,
                         help="default: from the --out extension, else jsonl")
     parser.add_argument("--instruction", action=argparse.BooleanOptionalAction, default=True,
@@ -123,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
     fmt = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")
     try:
-        records = generate_arithmetic(args.n, args.digits, args.ops, args.seed, args.instruction)
+        records = generate_arithmetic(args.n, args.digits, args.ops, args.seed, args.instruction,
+                                      data_source=args.data_source)
     except ValueError as exc:
         print(f"verl data arithmetic: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-TINY_ARCHS = ("gpt2", "llama", "qwen2")
+TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert")  # bert: an encoder (a critic with its own tokenizer)
 TINY_VERSION = 2  # bump when the build changes, so stale caches are not reused
 
 # Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
@@ -64,8 +64,33 @@ def _train_tokenizer(arch: str, vocab_size: int):
     return fast
 
 
+def _train_wordpiece_tokenizer(vocab_size: int):
+    """A lowercasing WordPiece tokenizer (BERT-style): it splits words differently from the
+    byte-level BPE of the causal tiny models, which is what the cross-tokenizer critic needs."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls),
+                                                                                                ("[SEP]", sep)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+
+
 def _model_config(arch: str, tokenizer, hidden: int, layers: int):
-    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+    from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config
+
+    if arch == "bert":
+        return BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=4, intermediate_size=2 * hidden, max_position_embeddings=512,
+                          pad_token_id=tokenizer.pad_token_id)
 
     vocab = len(tokenizer)
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -112,9 +137,17 @@ def build_tiny_model(arch: str, out_dir: str, hidden: int = 64, layers: int = 2,
 
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny architecture '{arch}'; choose one of {', '.join(TINY_ARCHS)}")
-    tokenizer = _train_tokenizer(arch, vocab_size)
+    tokenizer = _train_wordpiece_tokenizer(vocab_size) if arch == "bert" else _train_tokenizer(arch, vocab_size)
     config = _model_config(arch, tokenizer, hidden, layers)
     torch.manual_seed(seed)
+    if arch == "bert":
+        from transformers import AutoModel
+
+        model = AutoModel.from_config(config)
+        os.makedirs(out_dir, exist_ok=True)
+        model.save_pretrained(out_dir, safe_serialization=True)
+        tokenizer.save_pretrained(out_dir)
+        return out_dir
     model = AutoModelForCausalLM.from_config(config)
     if pretrain_steps:
         _pretrain(model, tokenizer, pretrain_steps, seed)
@@ -145,7 +178,16 @@ def tiny_model_path(arch: str) -> str:
 
 
 def resolve_model_name(name: str) -> str:
-    """Map `tiny:<arch>` to its cached folder; other names pass through."""
+    """Map `tiny:<arch>` to its cached folder and a fetched model's short name (e.g.
+    `smollm2-135m-instruct`, see `verl models fetch`) to its folder; others pass through."""
     if name.startswith("tiny:"):
         return tiny_model_path(name[len("tiny:"):])
+    from verl.models.fetch import KNOWN_MODELS, is_fetched, model_dir
+
+    if name in KNOWN_MODELS:
+        if not is_fetched(name):
+            from verl.config import ConfigError
+
+            raise ConfigError(f"model '{name}' is not on this machine yet; run: verl models fetch {name}")
+        return model_dir(name)
     return name

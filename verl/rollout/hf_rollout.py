@@ -61,11 +61,14 @@ class HFRollout(RolloutEngine):
         with self._autocast(device):
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
         prompt_len = input_ids.shape[1]
-        seqs = out.sequences[:, prompt_len:].cpu()
+        seqs_dev = out.sequences[:, prompt_len:]
         # Raw logits / temperature: the distribution the actor recomputes (top-p/top-k
         # truncation is a sampling detail the policy-gradient ratio does not model).
-        logits = torch.stack(out.logits, dim=1).float().cpu() / temperature  # (b, steps, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
+        # One decode step at a time, on the device: never a (b, steps, V) float32 copy.
+        logp = torch.stack([
+            torch.log_softmax(step_logits.float() / temperature, dim=-1).gather(-1, seqs_dev[:, i:i + 1]).squeeze(-1)
+            for i, step_logits in enumerate(out.logits)], dim=1).cpu()  # (b, steps)
+        seqs = seqs_dev.cpu()
         responses, log_probs, finished = [], [], []
         for i in range(seqs.shape[0]):
             ids = seqs[i].tolist()

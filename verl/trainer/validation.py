@@ -1,0 +1,84 @@
+"""Validation on held-out prompts and the seed's fixed baseline prompt (S16).
+
+Metrics, per data source `src` (and `all`):
+    val/<src>/mean@1   mean reward of the greedy answer
+    val/<src>/acc@1    fraction of greedy answers scoring >= 1 (correct, for verifiable rewards)
+    val/<src>/mean@n   mean reward over data.val_n sampled answers per prompt (when val_n > 1)
+    val/<src>/pass@n   fraction of prompts with at least one sampled answer scoring >= 1
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from verl.batch import Batch
+from verl.data.prompts import PromptLoader, render_prompt, uses_chat_template
+from verl.rollout.base import SamplingParams
+
+CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as correct
+
+
+class Validator:
+    def __init__(self, trainer):
+        self.trainer = trainer
+        cfg = trainer.config
+        self.loader = None
+        if trainer.val_rows:
+            self.loader = PromptLoader(trainer.val_rows, trainer.tokenizer, cfg.data,
+                                       batch_size=max(cfg.training.batch_size * cfg.rollout.n, 8), seed=cfg.seed, shuffle=False,
+                                       name="validation")
+
+    @property
+    def enabled(self) -> bool:
+        return self.loader is not None
+
+    def _sampling(self, greedy: bool, n: int) -> SamplingParams:
+        s = SamplingParams.from_config(self.trainer.config.rollout)
+        s.greedy, s.n = greedy, n
+        return s
+
+    @torch.no_grad()
+    def run(self, step: int, num_samples_logged: int = 4) -> dict:
+        """Generate on the whole held-out set; returns val/* metrics and logs a few samples."""
+        t = self.trainer
+        n = t.config.data.val_n
+        scores = defaultdict(lambda: defaultdict(list))  # src -> metric -> values
+        logged = []
+        for prompts in self.loader.one_pass():
+            greedy = t.rollout.generate(prompts, self._sampling(True, 1))
+            g_scores, _ = t.reward.score(greedy)
+            for i, src in enumerate(greedy.data_source):
+                for key in (src, "all"):
+                    scores[key]["mean@1"].append(float(g_scores[i]))
+                    scores[key]["acc@1"].append(float(g_scores[i] >= CORRECT))
+            if len(logged) < num_samples_logged:
+                logged += [{"prompt": greedy.prompt_text[i], "response": greedy.response_text[i],
+                            "ground_truth": greedy.ground_truth[i], "reward": float(g_scores[i]), "kind": "val"}
+                           for i in range(min(len(greedy), num_samples_logged - len(logged)))]
+            if n > 1:
+                sampled = t.rollout.generate(prompts, self._sampling(False, n))
+                s_scores, _ = t.reward.score(sampled)
+                per_prompt = s_scores.view(-1, n)
+                for j, src in enumerate(prompts.data_source):
+                    for key in (src, "all"):
+                        scores[key][f"mean@{n}"].append(float(per_prompt[j].mean()))
+                        scores[key][f"pass@{n}"].append(float((per_prompt[j] >= CORRECT).any()))
+        metrics = {f"val/{src}/{name}": sum(v) / len(v) for src, d in scores.items() for name, v in d.items()}
+        t.hooks.tracker.log_samples(step, logged)
+        return metrics
+
+    @torch.no_grad()
+    def baseline_answer(self) -> str | None:
+        """Greedy answer to `data.baseline_prompt` (the seed's fixed before/after comparison)."""
+        t = self.trainer
+        prompt = t.config.data.baseline_prompt
+        if not prompt:
+            return None
+        text = render_prompt(prompt, t.tokenizer, t.config.data)
+        ids = t.tokenizer(text, add_special_tokens=not uses_chat_template(t.tokenizer, t.config.data))["input_ids"]
+        batch = Batch(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                      prompt_text=[text], group_id=[0])
+        out = t.rollout.generate(batch, self._sampling(True, 1))
+        return out.response_text[0]
