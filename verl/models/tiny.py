@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert")  # bert: an encoder (a critic with its own tokenizer)
-TINY_VERSION = 2  # bump when the build changes, so stale caches are not reused
+TINY_VERSION = 3  # bump when the build changes, so stale caches are not reused
 
 # Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
 # and plain English, so that common words are single tokens and outputs are readable.
@@ -93,15 +93,17 @@ def _model_config(arch: str, tokenizer, hidden: int, layers: int):
                           pad_token_id=tokenizer.pad_token_id)
 
     vocab = len(tokenizer)
+    # Head size 32: vLLM's CPU attention kernels take head sizes 32, 64, 80, ... (not 16).
+    heads = max(1, hidden // 32)
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                pad_token_id=tokenizer.pad_token_id)
     if arch == "gpt2":
-        return GPT2Config(vocab_size=vocab, n_positions=512, n_embd=hidden, n_layer=layers, n_head=4, **ids)
+        return GPT2Config(vocab_size=vocab, n_positions=512, n_embd=hidden, n_layer=layers, n_head=heads, **ids)
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  num_attention_heads=heads, num_key_value_heads=1, max_position_embeddings=512,
                   tie_word_embeddings=True, **ids)
     if arch == "llama":
-        return LlamaConfig(head_dim=hidden // 4, **common)
+        return LlamaConfig(head_dim=hidden // heads, **common)
     return Qwen2Config(**common)
 
 

