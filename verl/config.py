@@ -51,6 +51,9 @@ class ModelConfig:
     use_flash_attention: bool = False  # flash_attention_2 when installed, else an error
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
+    # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
+    # activations; the first steps pay the compile time). Generation stays eager.
+    torch_compile: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -145,6 +148,7 @@ class TrainingConfig:
     lr_scheduler: str = "constant"  # constant | linear | cosine
     warmup_steps: int = 0
     val_every: int = 0  # 0 = no periodic validation
+    max_minutes: float = 0.0  # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_bad_steps: int = 3  # consecutive NaN/Inf steps before training stops
     logprob_chunk_size: int = 1024  # tokens per chunk when computing log-probs/entropy
     offload_optimizer: bool = False
@@ -225,16 +229,22 @@ class CheckpointConfig:
     keep_last: int = 2
     save_mode: str = "actor"  # final save: actor | full | lora
     resume: str = "none"  # none | auto | PATH
+    resume_force: bool = False  # resume even if the config changed in ways that change training
 
 
 @dataclass
 class DistributedConfig:
-    backend: str = "none"  # none | ray
-    address: Optional[str] = None
+    backend: str = "none"  # none | ray  (docs/distributed.md)
+    address: Optional[str] = None  # auto (a running `ray start` cluster) | host:port | local/None (start one here)
     nnodes: int = 1
-    devices_per_node: int = 1
-    colocate_critic: bool = True
-    timeout_s: float = 600.0
+    devices_per_node: int = 1  # data-parallel ranks = nnodes x devices_per_node (GPUs, or CPU processes)
+    colocate_critic: bool = True  # critic on the actor's devices, else on devices of its own
+    colocate_reward: bool = True  # a reward model (huggingface_rm) on the actor's devices, else its own
+    rollout: str = "auto"  # auto | driver | workers (one vLLM engine per replica)
+    weight_bucket_mb: float = 512.0  # actor -> rollout replicas weight sync message size
+    timeout_s: float = 600.0  # deadline of every call to the workers and of every collective
+    num_cpus: Optional[int] = None  # CPUs of a Ray instance started here (address local/None)
+    object_store_mb: Optional[int] = None  # its object store size (None = Ray's default)
 
 
 @dataclass

@@ -51,6 +51,8 @@ class PromptRow:
 
 def _check_prompt(prompt: Any, where: str) -> Any:
     if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DataError(f"{where}: the prompt is empty")
         return prompt
     if isinstance(prompt, (list, tuple)) and prompt and all(
             isinstance(m, dict) and "role" in m and "content" in m for m in prompt):

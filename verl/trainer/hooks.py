@@ -1,23 +1,51 @@
-"""What happens around a step: logging, system metrics, progress, checkpoints, final save.
+"""What happens around a step: logging, system metrics, progress, checkpoints, final save,
+resume, the NaN/Inf guard and graceful stops.
 
 Kept apart from `Trainer.step()` so the step body is only the algorithm.
+
+Around each step (after_step): log -> non-finite guard (stop after training.max_bad_steps
+bad steps in a row) -> periodic checkpoint (checkpoint.save_full_every / save_actor_every)
+-> final save at training.total_steps, or a full save and `StopTraining` when SIGINT/SIGTERM
+asked for a stop (see verl/trainer/signals.py). At construction the run resumes from
+`checkpoint.resume` (see verl/trainer/resume.py). Guarantees: docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import math
+import time
+import os
 
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
+from verl.trainer.checkpoint import (CheckpointError, CheckpointManager, _save_pretrained, is_peft_model,
+                                     load_module_weights, save_lora_adapters)
+from verl.trainer.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
+                                 write_run_state)
+from verl.trainer.signals import StopTraining, stop_requested
 
 
 class RunHooks:
     def __init__(self, trainer):
         self.trainer = trainer
         cfg = trainer.config
+        # Where the run starts (fresh, a checkpoint, already finished) is settled before the
+        # logger opens metrics.jsonl, so that a resumed log continues without duplicated steps.
+        self.resume_point = getattr(trainer, "resume_point", None) or resolve_resume(cfg, warn=self._say)
+        prepare_run_dir(trainer.output_dir, self.resume_point, warn=self._say)
+        self.checkpoints = CheckpointManager(trainer.output_dir, cfg.checkpoint.keep_last)
+        if cfg.checkpoint.save_mode == "lora" and not is_peft_model(trainer.actor.model):
+            from verl.config import ConfigError
+
+            raise ConfigError("checkpoint.save_mode: 'lora' (--save_lora) needs a LoRA actor (model.lora.rank > 0); "
+                              "the actor is a plain model")
         self.tracker = Tracker(cfg.logging, trainer.output_dir, cfg.to_dict(), total_steps=cfg.training.total_steps)
         self.progress = None
-        self.bad_steps = 0
+        self.bad_steps = 0  # consecutive steps with a non-finite loss or gradient
+        self.skipped_steps = 0  # all such steps in the run (logged as training/skipped_steps)
+        self.last_good_step = 0
+        self._full_saved_at = -1
+        self.finished = False  # set by finish(); Trainer.train() stops on it
         self.util = None
         if trainer.device.type == "cuda":
             self.util = GpuUtilSampler().start()
@@ -27,52 +55,206 @@ class RunHooks:
             import torch
 
             self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(trainer.device))
+        from verl.trainer.validation import Validator
+
+        self.validator = Validator(trainer)
+        self.started = False
+        self._restore()
+
+    # ------------------------------------------------------------------ resume
+    def _restore(self) -> None:
+        t, point = self.trainer, self.resume_point
+        if point.path is not None:
+            counters = self._state_io()[1](t, point.path).get("counters", {})
+            self.bad_steps = int(counters.get("bad_steps", 0))
+            self.skipped_steps = int(counters.get("skipped_steps", 0))
+            self.last_good_step = int(counters.get("last_good_step", t.global_step))
+        elif point.finished:
+            self._load_final_actor()
+            t.global_step = point.step
+        if point.note and not point.finished:
+            self._say(point.note)
+
+    def _state_io(self):
+        """(write_full_state, restore_full_state) for this run: sharded files under Ray."""
+        if self.trainer.config.distributed.backend == "ray":
+            from verl.distributed import checkpoint as sharded
+
+            return sharded.write_full_state, sharded.restore_full_state
+        return write_full_state, restore_full_state
+
+    def _load_final_actor(self) -> None:
+        """A finished run without a full state at its last step: show the final actor."""
+        t = self.trainer
+        try:
+            load_module_weights(t.actor.model, t.output_dir)
+            t.rollout.sync_weights(t.actor.model)
+        except CheckpointError as exc:
+            self._say(f"warning: could not load the final actor from {t.output_dir}: {exc}")
+
+    def _say(self, line: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(line)
 
     def before_training(self) -> None:
         t = self.trainer
+        if t.global_step >= t.config.training.total_steps:
+            self._say(self.resume_point.note or f"already at step {t.global_step} of "
+                      f"training.total_steps={t.config.training.total_steps}; nothing to train")
+        if stop_requested():
+            raise StopTraining(f"stopped by {stop_requested()} before the first step; nothing to save")
         self.progress = ProgressBar(t.config.training.total_steps, t.config.logging.progress_bar,
                                     initial=t.global_step)
+
+    def before_step(self) -> None:
+        """Before the first step of this process: the baseline prompt's answer and, with
+        validation on, the untrained policy's held-out scores (logged at step 0)."""
+        if self.started:
+            return
+        self.started = True
+        self.started_at = time.monotonic()
+        t = self.trainer
+        if t.global_step == 0:
+            self._baseline("before")
+            if self.validator.enabled and t.config.training.val_every:
+                self.tracker.log(self.validator.run(0), 0)
+
+    def _baseline(self, when: str) -> None:
+        answer = self.validator.baseline_answer()
+        if answer is not None:
+            prompt = self.trainer.config.data.baseline_prompt
+            self.tracker.log_text(f"baseline/{when}", f"{prompt} -> {answer}", self.trainer.global_step)
+
+    def _out_of_time(self) -> bool:
+        """training.max_minutes: stop (with final validation and save) once the budget is spent."""
+        limit = self.trainer.config.training.max_minutes
+        return bool(limit) and (time.monotonic() - self.started_at) / 60.0 >= limit
 
     def after_step(self, metrics: dict) -> dict:
         t = self.trainer
         step = t.global_step
+        val_every = t.config.training.val_every
+        last = step >= t.config.training.total_steps or self._out_of_time()
+        if self.validator.enabled and val_every and (step % val_every == 0 or last):
+            metrics.update(self.validator.run(step))
         metrics.update(system_metrics(t.device, self.util))
         if self.peak_flops and "timing_s/update_actor" in metrics:
             # Actor update MFU: 6 N FLOPs per token (forward + backward) over every epoch.
             tokens = int(metrics["perf/total_tokens"]) * t.config.training.num_epochs
             metrics["perf/mfu"] = compute_mfu(self.n_params, tokens, metrics["timing_s/update_actor"], self.peak_flops)
-        self._guard_nonfinite(metrics)
+        diverged = self._guard_nonfinite(metrics)
         self.tracker.log(metrics, step)
         if step == 1 or step % 10 == 0 or step == t.config.training.total_steps:
             self.tracker.log_samples(step, t.last_samples(4))
         if self.progress is not None:
             self.progress.update(1, {"reward": metrics["reward/mean"], "kl": metrics["actor/kl"]})
-        if step >= t.config.training.total_steps:
+        if diverged:
+            self._stop_diverged()
+        self._periodic_save(step)
+        if last:
             self.finish()
+        elif stop_requested():
+            self._stop_on_signal(stop_requested())
         out = dict(metrics)
         out.update(short_metrics(metrics))
         return out
 
-    def _guard_nonfinite(self, metrics: dict) -> None:
-        """Count consecutive steps whose update was dropped for NaN/Inf; stop after K."""
-        bad = metrics.get("actor/nonfinite_updates", 0.0) > 0 or not math.isfinite(metrics.get("actor/pg_loss", 0.0))
-        self.bad_steps = self.bad_steps + 1 if bad else 0
+    def _guard_nonfinite(self, metrics: dict) -> bool:
+        """Count steps whose loss or gradient norm was NaN/Inf (the workers already dropped
+        those updates, see `guarded_step`); True once training.max_bad_steps came in a row."""
+        step = self.trainer.global_step
+        bad = (metrics.get("actor/nonfinite_updates", 0.0) > 0 or metrics.get("critic/nonfinite_updates", 0.0) > 0
+               or not all(math.isfinite(metrics.get(k, 0.0)) for k in ("actor/pg_loss", "critic/vf_loss")))
         if bad:
-            print(f"warning: step {self.trainer.global_step}: non-finite loss or gradient norm; update skipped")
-        if self.bad_steps >= self.trainer.config.training.max_bad_steps:
-            from verl.trainer.errors import TrainingDiverged
+            self.bad_steps += 1
+            self.skipped_steps += 1
+            self._say(f"warning: step {step}: non-finite loss or gradient norm; update skipped "
+                      f"({self.bad_steps} in a row, {self.skipped_steps} in this run)")
+        else:
+            self.bad_steps = 0
+            self.last_good_step = step
+        metrics.setdefault("actor/nonfinite_updates", 0.0)  # no actor update during critic warm-up
+        metrics["training/skipped_steps"] = float(self.skipped_steps)
+        return self.bad_steps >= self.trainer.config.training.max_bad_steps
 
-            raise TrainingDiverged(
-                f"{self.bad_steps} steps in a row had NaN/Inf losses or gradients; likely causes: learning rate "
-                "too high (training.lr), fp16 overflow (use model.dtype: bfloat16 or float32), a reward that "
-                "returns huge values (check reward_fn), or no gradient clipping (training.grad_clip)")
+    def _stop_diverged(self) -> None:
+        from verl.trainer.errors import TrainingDiverged
+
+        t = self.trainer
+        before = self.checkpoints.find_latest("full", checksums=False, warn=lambda _: None)
+        # Non-finite updates were dropped, so the weights are finite; keep older checkpoints (no pruning).
+        path = self.save_checkpoint("full", "diverged", prune=False)
+        self.close()
+        raise TrainingDiverged(
+            f"{self.bad_steps} steps in a row (steps {t.global_step - self.bad_steps + 1}..{t.global_step}) had NaN/Inf "
+            "losses or gradients; likely causes: learning rate too high (training.lr), fp16 overflow (use "
+            "model.dtype: bfloat16 or float32), a reward that returns huge values (check reward_fn), or no gradient "
+            f"clipping (training.grad_clip). Last good step: {self.last_good_step}; the state at the stop (bad "
+            f"updates dropped) is saved in {path}" + (f"; the checkpoint before it is {before}" if before else ""))
+
+    def _stop_on_signal(self, name: str) -> None:
+        t = self.trainer
+        path = self.save_checkpoint("full", f"signal {name}")
+        self.close()
+        raise StopTraining(f"stopped by {name} after step {t.global_step} of {t.config.training.total_steps}; "
+                           f"full state saved to {path}; continue with the same command plus --resume auto")
+
+    # ------------------------------------------------------------------ saving
+    def _periodic_save(self, step: int) -> None:
+        ck = self.trainer.config.checkpoint
+        if ck.save_full_every and step % ck.save_full_every == 0:
+            self.save_checkpoint("full", "periodic")
+        elif ck.save_actor_every and step % ck.save_actor_every == 0:
+            self.save_checkpoint("lora" if ck.save_mode == "lora" else "actor", "periodic")
+
+    def save_checkpoint(self, kind: str = "full", reason: str = "manual", prune: bool = True) -> str:
+        """Atomic checkpoint `checkpoints/step_NNNNNN` of `kind`: full (resumable), actor (Hugging
+        Face folder, LoRA merged) or lora (adapters). Returns its folder."""
+        t = self.trainer
+        if kind == "full":
+            def write(folder):
+                return self._state_io()[0](t, folder, reason)
+        elif kind == "lora":
+            def write(folder):
+                save_lora_adapters(t.actor.model, t.tokenizer, os.path.join(folder, "actor"))
+        else:
+            def write(folder):
+                _save_pretrained(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
+        path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
+        if kind == "full":
+            self._full_saved_at = t.global_step
+        return path
 
     def finish(self) -> None:
+        """The final save (checkpoint.save_mode) and the run's end: the actor (or the LoRA
+        adapters) in save_dir itself, plus the full state under checkpoints/ for `full`."""
         t = self.trainer
-        path = t.save_actor(t.output_dir)
-        print(f"training finished at step {t.global_step}; actor saved to {path}")
+        self._baseline("after")
+        mode = t.config.checkpoint.save_mode
+        complete = t.global_step >= t.config.training.total_steps  # else: training.max_minutes ran out
+        full = None
+        if mode == "full" or not complete:  # an early stop keeps a resumable state
+            full = (self.checkpoints.pointer("latest_full") if self._full_saved_at == t.global_step
+                    else self.save_checkpoint("full", "final" if complete else "time budget"))
+        if mode == "lora":
+            path = save_lora_adapters(t.actor.model, t.tokenizer, t.output_dir)
+        else:
+            path = t.save_actor(t.output_dir)
+        write_run_state(t.output_dir, finished=complete, global_step=t.global_step,
+                        total_steps=t.config.training.total_steps, save_mode=mode, full_state=full)
+        what = "LoRA adapters" if mode == "lora" else "actor"
+        ended = "finished" if complete else "stopped (training.max_minutes)"
+        print(f"training {ended} at step {t.global_step}; {what} saved to {path}"
+              + (f"; full state in {full}" if full else "")
+              + ("" if complete else "; continue with --resume auto"))
+        self.finished = True
+        self.close()
+
+    def close(self) -> None:
         if self.progress is not None:
             self.progress.close()
         if self.util is not None:
             self.util.stop()
+            self.util = None
         self.tracker.close()

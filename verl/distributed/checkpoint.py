@@ -1,0 +1,63 @@
+"""Full-state checkpoints of a distributed run (the counterparts of
+verl.trainer.resume.write_full_state / restore_full_state for `distributed.backend: ray`).
+
+Layout of a full checkpoint folder (inside CheckpointManager's atomic temp folder):
+
+    actor/                     Hugging Face folder with the gathered weights (deployment)
+    shards/actor/              torch.distributed.checkpoint: __<rank>_0.distcp per rank + .metadata,
+                               extra_state.pt (LR scheduler, mini-batch shuffler)
+    shards/critic/             the same for the critic (PPO)
+    rng.pt                     the driver's RNG state (it samples the rollouts)
+    trainer_state.json         step, data position, KL controller, counters, config
+
+Every rank writes its own shard files, so the folder must be on a filesystem all nodes
+see. Weights and optimizer moments stay sharded on disk: saving never gathers the optimizer
+into one process, and a checkpoint loads into any number of ranks (DCP reshards). A
+single-process checkpoint and a sharded one are not interchangeable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from verl.trainer.checkpoint import CheckpointError, atomic_write_json, capture_rng, load_torch, read_manifest, \
+    restore_rng, save_torch
+
+
+def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
+    from verl.trainer.resume import trainer_state, write_actor
+
+    write_actor(trainer, folder)  # gathers the weights into the driver's copy first
+    trainer.actor.save_checkpoint(os.path.join(folder, "shards", "actor"))
+    if trainer.critic is not None:
+        trainer.critic.save_checkpoint(os.path.join(folder, "shards", "critic"))
+    save_torch(capture_rng({}), os.path.join(folder, "rng.pt"))
+    state = trainer_state(trainer, reason)
+    atomic_write_json(os.path.join(folder, "trainer_state.json"), state)
+    return {"reason": reason, "global_step": state["global_step"], "sharded": True}
+
+
+def restore_full_state(trainer, path: str) -> dict:
+    from verl.trainer.resume import read_trainer_state
+
+    manifest = read_manifest(path)
+    if manifest.get("kind") != "full":
+        raise CheckpointError(f"{path}: a '{manifest.get('kind')}' checkpoint cannot be resumed; resuming needs "
+                              "a full-state checkpoint (--save_full_state or checkpoint.save_full_every)")
+    if not os.path.isdir(os.path.join(path, "shards", "actor")):
+        raise CheckpointError(f"{path}: written by a single-process run (no shards/); resume it with "
+                              "distributed.backend: none")
+    has_critic = os.path.isdir(os.path.join(path, "shards", "critic"))
+    if (trainer.critic is not None) != has_critic:
+        raise CheckpointError(f"{path}: the checkpoint {'has' if has_critic else 'has no'} critic but this run "
+                              f"{'has none' if trainer.critic is None else 'needs one'}")
+    state = read_trainer_state(path)
+    trainer.actor.load_checkpoint(os.path.join(path, "shards", "actor"))
+    if trainer.critic is not None:
+        trainer.critic.load_checkpoint(os.path.join(path, "shards", "critic"))
+    trainer.train_data.load_state_dict(state["data"])
+    trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    restore_rng(load_torch(os.path.join(path, "rng.pt")), {})
+    trainer.global_step = int(state["global_step"])
+    trainer.rollout.sync_weights(trainer.actor.model)  # no stale weights in the generation engine
+    return state

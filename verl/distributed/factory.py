@@ -1,0 +1,203 @@
+"""`build_distributed_workers(config, tokenizer)`: the Ray worker groups a run needs, laid
+out on the cluster as `distributed.*` says, behind the same methods as the single-process
+workers (the trainer's loop does not change).
+
+Placement (N = distributed.nnodes x distributed.devices_per_node devices, one bundle each):
+
+    train pool (N bundles)   actor + reference (+ vLLM replicas) always; critic when
+                             distributed.colocate_critic; reward model when
+                             distributed.colocate_reward. Colocated roles are separate
+                             processes on the same device, each asking for 1/k of it.
+    critic pool (N bundles)  the critic, when not colocated
+    reward pool (N bundles)  the reward model, when not colocated (CPU bundles when
+                             reward_fn.device is cpu)
+
+Rollout (`distributed.rollout`):
+    driver   generation on the driver with `actor.model` (a copy holding the gathered
+             weights, refreshed after every update); HF or a single vLLM engine. The
+             default on CPU, and for small models.
+    workers  one vLLM engine per replica on the train pool (rollout.name: vllm).
+    auto     workers when rollout.name is vllm and the cluster has GPUs, else driver.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verl.config import ConfigError
+from verl.distributed.worker_group import DistributedError, ResourcePool, WorkerGroup, connect
+
+_LIVE: list["DistributedWorkers"] = []
+
+
+@dataclass
+class DistributedWorkers:
+    actor: object
+    reference: Optional[object] = None
+    critic: Optional[object] = None
+    reward: Optional[object] = None  # None: the reward manager runs on the driver
+    rollout: Optional[object] = None  # None: the trainer builds its engine on `actor.model`
+    groups: list = field(default_factory=list)
+    pools: list = field(default_factory=list)
+    owns_ray: bool = False
+
+    def shutdown(self) -> None:
+        """Stop every rank process and free the reserved devices (and Ray, if we started it)."""
+        for g in self.groups:
+            g.kill()
+        for p in self.pools:
+            p.remove()
+        self.groups, self.pools = [], []
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
+
+
+def shutdown_all() -> None:
+    for w in list(_LIVE):
+        w.shutdown()
+
+
+def _use_gpu(config) -> bool:
+    import ray
+
+    if config.device == "cpu":
+        return False
+    if config.device.startswith("cuda"):
+        return True
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def _reward_has_model(rf) -> bool:
+    if rf.type == "huggingface_rm":
+        return True
+    return any(_reward_has_model(c) for c in rf.components if hasattr(c, "type"))
+
+
+def _rollout_mode(config, use_gpu: bool) -> str:
+    mode = config.distributed.rollout
+    if mode == "auto":
+        mode = "workers" if (config.rollout.name == "vllm" and use_gpu) else "driver"
+    if mode == "workers" and config.rollout.name != "vllm":
+        raise ConfigError("distributed.rollout: 'workers' runs one vLLM engine per replica; set rollout.name: vllm "
+                          "(or distributed.rollout: driver)")
+    return mode
+
+
+def _model_path_for_replicas(config, tokenizer, actor) -> str:
+    from verl.models.tiny import resolve_model_name
+
+    path = resolve_model_name(config.model.name)
+    if config.model.gguf_file or not os.path.isdir(path):
+        from verl.rollout.vllm_rollout import _export_for_vllm
+
+        path = _export_for_vllm(actor.model, tokenizer)  # weights are synced right after anyway
+    return path
+
+
+def build_distributed_workers(config, tokenizer) -> DistributedWorkers:
+    from verl.distributed import groups as G
+    from verl.distributed import workers as W
+    from verl.distributed.rollout import ReplicatedRollout, RolloutReplicaWorker, replica_layout
+
+    d, a = config.distributed, config.algorithm
+    n = d.nnodes * d.devices_per_node
+    need_ref = bool(a.use_kl_in_reward or a.use_kl_loss)
+    need_critic = a.adv_estimator == "gae"
+    remote_reward = _reward_has_model(config.reward_fn)
+    if need_critic and config.critic.name:
+        from verl.models.loading import load_tokenizer
+
+        critic_tok = load_tokenizer(config.critic.name, "critic.name", config.critic.trust_remote_code)
+        if critic_tok.get_vocab() != tokenizer.get_vocab():
+            raise ConfigError("critic.name: a critic with its own tokenizer (text critic) runs only with "
+                              "distributed.backend: none for now")
+    t, m = config.training, config.model
+    unsupported = [("model.lora.rank > 0", m.lora.rank > 0),
+                   ("model.torch_compile", getattr(m, "torch_compile", False)),
+                   ("training.use_packed_samples", t.use_packed_samples),
+                   ("training.offload_optimizer", t.offload_optimizer),
+                   ("training.offload_idle_models", t.offload_idle_models)]
+    for key, on in unsupported:
+        if on:
+            raise ConfigError(f"{key}: not supported with distributed.backend: ray yet (FSDP shards the weights "
+                              "and optimizer instead); turn it off or use distributed.backend: none")
+    if d.rollout == "workers" and config.rollout.name != "vllm":
+        _rollout_mode(config, use_gpu=False)  # raises the explanation
+    seqs = config.training.mini_batch_size
+    if seqs < n:
+        raise ConfigError(f"training.mini_batch_size: {seqs} sequences cannot feed {n} data-parallel ranks "
+                          "(each rank needs at least one per mini-batch)")
+    owns_ray = connect(d)
+    use_gpu = _use_gpu(config)
+    rollout_mode = _rollout_mode(config, use_gpu)
+    leaders = replica_layout(n, config.rollout.tensor_model_parallel_size) if rollout_mode == "workers" else []
+
+    out = DistributedWorkers(actor=None, owns_ray=owns_ray)
+    _LIVE.append(out)
+    try:
+        train = ResourcePool("train", n, use_gpu, d.timeout_s)
+        out.pools.append(train)
+        on_train = ["actor"] + (["reference"] if need_ref else []) + \
+            (["critic"] if need_critic and d.colocate_critic else []) + \
+            (["reward"] if remote_reward and d.colocate_reward else []) + \
+            (["rollout"] if rollout_mode == "workers" else [])
+        share = 1.0 / len(on_train)
+
+        def pool_for(role: str, gpu: bool) -> tuple[ResourcePool, float]:
+            if role in on_train:
+                return train, share
+            pool = ResourcePool(role, n, gpu, d.timeout_s)
+            out.pools.append(pool)
+            return pool, 1.0
+
+        specs = [("actor", W.ActorWorker, train, share, True)]
+        if need_ref:
+            specs.append(("reference", W.ReferenceWorker, train, share, True))
+        if need_critic:
+            specs.append(("critic", W.CriticWorker, *pool_for("critic", use_gpu), True))
+        if remote_reward:
+            rm_gpu = use_gpu and not str(config.reward_fn.device).startswith("cpu")
+            specs.append(("reward", W.RewardWorker, *pool_for("reward", rm_gpu), False))
+        groups = {}
+        for name, cls, pool, sh, pg in specs:  # spawn everything first: processes start in parallel
+            groups[name] = WorkerGroup(name, cls, pool, sh, d.timeout_s, process_group=pg)
+            out.groups.append(groups[name])
+        for g in groups.values():
+            g.start()
+        pending = [(g, g.submit("build", config)) for g in groups.values()]
+        for g, refs in pending:
+            g.wait(refs, "build")
+
+        out.actor = G.ActorGroup(groups["actor"], config, eager_copy=rollout_mode == "driver")
+        out.reference = G.ReferenceGroup(groups["reference"], config) if need_ref else None
+        out.critic = G.CriticGroup(groups["critic"], config) if need_critic else None
+        out.reward = G.RewardGroup(groups["reward"]) if remote_reward else None
+
+        if rollout_mode == "workers":
+            replicas = WorkerGroup("rollout", RolloutReplicaWorker, train, share, d.timeout_s,
+                                   process_group=False, slots=leaders).start()
+            out.groups.append(replicas)
+            tp = config.rollout.tensor_model_parallel_size
+            info = groups["actor"].info
+            visible = []
+            for lead in leaders:
+                members = info[lead: lead + tp]
+                if len({m["node_ip"] for m in members}) > 1:
+                    raise DistributedError(f"rollout replica of actor ranks {lead}..{lead + tp - 1} spans several "
+                                           "nodes; rollout.tensor_model_parallel_size must fit in one node")
+                visible.append([g for m in members for g in m["gpu_ids"]] if tp > 1 else None)
+            path = _model_path_for_replicas(config, tokenizer, out.actor)
+            tok_name = config.model.tokenizer or config.model.name
+            replicas.call("build", config, path, tok_name, per_rank=visible)
+            out.rollout = ReplicatedRollout(replicas, out.actor, leaders, d.weight_bucket_mb, config.model.dtype)
+            out.rollout.sync_weights()
+    except BaseException:
+        out.shutdown()
+        raise
+    return out

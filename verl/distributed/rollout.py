@@ -1,0 +1,125 @@
+"""Rollout at scale: one vLLM engine per replica, replicas side by side (data parallel),
+tensor parallel inside a replica (`rollout.tensor_model_parallel_size` devices each).
+
+    replicas = N devices / TP; replica j lives on the bundle of actor rank j * TP and, with
+    TP > 1, sees the GPUs of actor ranks j*TP .. j*TP + TP - 1 (one node).
+
+Generation: the prompts are cut into one contiguous chunk per replica; each replica samples
+its chunk (n per prompt) and the Batches come back concatenated in prompt order.
+
+Weight sync after each actor update (`sync_weights`): every actor rank takes part in
+gathering the full weights from the FSDP shards one tensor at a time; gathered tensors are
+grouped into buckets of `distributed.weight_bucket_mb`; actor rank j*TP sends each bucket to
+replica j as soon as it is full (one object-store message per bucket). The replica collects
+the buckets and hands the whole list to vLLM's in-place `reload_weights` once at the end:
+vLLM's layer-wise reload processes a layer when all its weights have arrived, and a partial
+reload of a layer would leave it half old, so the reload itself is not split.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import torch
+
+from verl.batch import Batch
+from verl.distributed.workers import RankWorker
+from verl.rollout.base import RolloutEngine, SamplingParams
+
+
+class RolloutReplicaWorker(RankWorker):
+    """One vLLM engine (one replica)."""
+
+    def build(self, visible_devices: Optional[list[str]], config, model_path: str, tokenizer_name: str) -> int:
+        if visible_devices and self.device.type == "cuda":
+            # TP > 1: the engine's TP workers use the GPUs of the replica's actor ranks.
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible_devices)
+        from verl.models.loading import load_tokenizer
+        from verl.rollout.vllm_rollout import VLLMRollout
+
+        m = config.model
+        self.tokenizer = load_tokenizer(tokenizer_name, "model.tokenizer", m.trust_remote_code, m.gguf_file)
+        self.engine = VLLMRollout(model_path, self.tokenizer, config.rollout, dtype=m.dtype,
+                                  device="cuda" if self.device.type == "cuda" else "cpu")
+        self._incoming: list = []
+        self.log(f"vLLM replica ready ({model_path}, tp {config.rollout.tensor_model_parallel_size})")
+        return 0
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        if not len(prompts):
+            return Batch()
+        return self.engine.generate(prompts, sampling)
+
+    def begin_weights(self) -> None:
+        self._incoming = []
+
+    def add_weights(self, bucket: list) -> int:
+        self._incoming.extend(bucket)
+        return len(self._incoming)
+
+    def finish_weights(self) -> float:
+        """Load the collected weights into the engine in place (see module docstring)."""
+        start = time.perf_counter()
+        load_named_weights(self.engine, self._incoming)
+        self._incoming = []
+        return time.perf_counter() - start
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+
+def load_named_weights(engine, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """(HF name, tensor) pairs into a VLLMRollout's engine; what `VLLMRollout.sync_weights`
+    does for a module, for tensors that arrived from elsewhere."""
+    from verl.rollout.vllm_rollout import _repack_cpu_shared_weights
+
+    if engine.asleep:
+        engine.wake_up()
+    with torch.no_grad():
+        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if engine.on_cpu:
+            engine.llm.collective_rpc(_repack_cpu_shared_weights)
+    engine.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+
+
+class ReplicatedRollout(RolloutEngine):
+    """The driver's handle on the replicas: same interface as any rollout engine."""
+
+    def __init__(self, group, actor, leaders: list[int], bucket_mb: float, dtype: str):
+        self.group, self.actor, self.leaders = group, actor, leaders
+        self.bucket_mb, self.dtype = bucket_mb, dtype
+
+    @property
+    def num_replicas(self) -> int:
+        return self.group.world_size
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        parts = prompts.chunk(self.num_replicas)
+        results = self.group.call("generate", sampling, per_rank=parts)
+        return Batch.concat([b for b in results if len(b)])
+
+    def sync_weights(self, model=None) -> dict:
+        """Actor shards -> replicas (the `model` argument, the driver's copy, is not used:
+        the weights go from the ranks straight to the replicas)."""
+        return self.actor.push_weights(self.group.handles, self.leaders, self.bucket_mb, self.dtype)
+
+    def sleep(self) -> None:
+        self.group.call("sleep")
+
+    def wake_up(self) -> None:
+        self.group.call("wake_up")
+
+
+def replica_layout(world_size: int, tp: int) -> list[int]:
+    """Actor rank that leads (and shares a bundle with) each replica."""
+    if tp < 1 or world_size % tp:
+        from verl.config import ConfigError
+
+        raise ConfigError(f"rollout.tensor_model_parallel_size: {tp} must divide the {world_size} devices "
+                          "(distributed.nnodes x distributed.devices_per_node)")
+    return [j * tp for j in range(world_size // tp)]
