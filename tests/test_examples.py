@@ -6,7 +6,6 @@ import pytest
 
 from conftest import small_overrides
 from verl import create_trainer, load_config
-from verl.config import ConfigError
 
 
 def test_seed_qwen_example_validates():
@@ -17,7 +16,7 @@ def test_seed_qwen_example_validates():
     assert cfg.training.use_packed_samples and cfg.model.enable_gradient_checkpointing
 
 
-@pytest.mark.parametrize("path", ["examples/quickstart.yaml", "examples/arithmetic_grpo.yaml",
+@pytest.mark.parametrize("path", ["examples/quickstart.yaml", "examples/arithmetic_grpo.yaml", "examples/arithmetic_ppo.yaml",
                                   "examples/config_gpt2.yaml", "examples/config_qwen_tiny.yaml"])
 def test_example_configs_validate(path):
     load_config(path)

@@ -2,7 +2,6 @@
 
 import json
 
-import torch
 
 from conftest import small_overrides
 from verl import create_trainer, load_config

@@ -189,7 +189,7 @@ class RewardFnConfig:
 class CriticConfig:
     type: str = "huggingface"
     name: Optional[str] = None  # None -> the actor's model
-    share_actor: bool = False  # value head on the actor's trunk
+    share_actor: bool = False  # value head on the actor's trunk (not implemented yet: an error)
     dtype: Optional[str] = None  # None -> model.dtype
     trust_remote_code: bool = False
 

@@ -78,6 +78,9 @@ def finalize_config(cfg: Config) -> Config:
     if cfg.critic.dtype is not None:
         _choice(cfg.critic.dtype, DTYPES, "critic.dtype")
     _choice(cfg.critic.type, ("huggingface",), "critic.type")
+    if cfg.critic.share_actor:
+        raise ConfigError("critic.share_actor: a value head on the actor's trunk is not implemented yet; "
+                          "use a separate critic (critic.name, default: a copy of the actor's model)")
     _at_least(m.lora.rank, 0, "model.lora.rank")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
     _choice(a.name, tuple(PRESETS), "algorithm.name")

@@ -18,7 +18,7 @@ clipped to [-clip, clip] (`clip`). Loaded lazily on first use; eval mode, no gra
 from __future__ import annotations
 
 import math
-from typing import Optional
+
 
 import torch
 

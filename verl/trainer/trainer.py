@@ -10,7 +10,6 @@ step in `_after_step`, so `step()` reads like the algorithm.
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 
@@ -24,6 +23,7 @@ from verl.models.loading import load_tokenizer, resolve_device, torch_dtype
 from verl.rewards import build_reward_manager
 from verl.rollout.base import SamplingParams
 from verl.trainer.experience import add_advantages, policy_kl, shape_scores
+from verl.trainer.resume import resolve_resume
 from verl.trainer.timer import StageTimer
 from verl.workers.actor import Actor
 from verl.workers.critic import Critic
@@ -42,37 +42,64 @@ def build_rollout(config: Config, actor: Actor, tokenizer):
     return HFRollout(actor.model, tokenizer, config.rollout, autocast_dtype=None if dtype == torch.float32 else dtype)
 
 
+def build_critic(config: Config, device, actor_tokenizer):
+    """A value model on its own backbone; one with a different tokenizer works on text."""
+    c = config.critic
+    if c.name:
+        critic_tok = load_tokenizer(c.name, "critic.name", c.trust_remote_code)
+        if critic_tok.get_vocab() != actor_tokenizer.get_vocab():
+            from verl.workers.text_critic import TextCritic
+
+            return TextCritic(config, device, actor_tokenizer)
+    return Critic(config, device)
+
+
 class Trainer:
     def __init__(self, config: Config):
         self.config = cfg = config
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
+        # Where the run starts (checkpoint.resume), settled before any model loads so that a bad
+        # path or a changed config fails in a second; RunHooks restores the state at the end.
+        self.resume_point = resolve_resume(cfg)
         m = cfg.model
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
                                         m.trust_remote_code, m.gguf_file)
-        self.actor = Actor(cfg, self.device)
-        a = cfg.algorithm
-        self.reference = Reference(cfg, self.device, self.actor.model) if (a.use_kl_in_reward or a.use_kl_loss) else None
-        self.critic = Critic(cfg, self.device) if a.adv_estimator == "gae" else None
-        self.rollout = build_rollout(cfg, self.actor, self.tokenizer)
-        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens)
-        self.kl_ctrl = build_kl_controller(a)
+        # Data and reward functions before the models: a bad row or reward fails in seconds.
         self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer)
+        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens)
+        a = cfg.algorithm
+        self.distributed = None
+        if cfg.distributed.backend == "ray":  # the same roles, run by Ray worker groups (verl.distributed)
+            from verl.distributed import build_distributed_workers
+
+            self.distributed = build_distributed_workers(cfg, self.tokenizer)
+            self.actor, self.reference, self.critic = (self.distributed.actor, self.distributed.reference,
+                                                       self.distributed.critic)
+            self.reward = self.distributed.reward or self.reward
+        else:
+            self.actor = Actor(cfg, self.device)
+            self.reference = Reference(cfg, self.device, self.actor.model) if (a.use_kl_in_reward or a.use_kl_loss) else None
+            self.critic = build_critic(cfg, self.device, self.tokenizer) if a.adv_estimator == "gae" else None
+        self.rollout = (self.distributed and self.distributed.rollout) or build_rollout(cfg, self.actor, self.tokenizer)
+        self.kl_ctrl = build_kl_controller(a)
         self.sampling = SamplingParams.from_config(cfg.rollout)
         self.timer = StageTimer()
         self.global_step = 0
         self.output_dir = cfg.checkpoint.save_dir
         from verl.trainer.hooks import RunHooks
 
-        self.hooks = RunHooks(self)
+        self.hooks = RunHooks(self)  # logging, checkpoints, and the restore of resume_point
 
     # ------------------------------------------------------------------ the step
     def step(self) -> dict:
         """One iteration of the algorithm; returns metrics (seed's short keys + canonical names)."""
+        self.hooks.before_step()
         self.timer.reset()
         self._seed_step()
         prompts = self.train_data.next_batch()
         batch, gen_metrics = self.timer("rollout", self.generate_experience, prompts)        # 1-2. sample, score
+        self.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
         batch.old_log_probs, entropy = self.timer("old_log_prob", self.actor.compute_log_probs, batch)  # 3.
         if self.reference is not None:
             batch.ref_log_probs = self.timer("ref_log_prob", self.reference.compute_log_probs, batch)
@@ -95,8 +122,8 @@ class Trainer:
         """Run the remaining steps to `training.total_steps` with a progress bar."""
         metrics = {}
         self.hooks.before_training()
-        while self.global_step < self.config.training.total_steps:
-            metrics = self.step()
+        while self.global_step < self.config.training.total_steps and not getattr(self.hooks, "finished", False):
+            metrics = self.step()  # stops early when training.max_minutes is spent
         return metrics
 
     # ----------------------------------------------------------------- stages

@@ -1,7 +1,13 @@
 """Actor: the policy being trained. Computes response log-probs and runs the policy update.
 
-`actor.model` is a plain Hugging Face causal LM (the seed calls `.generate` on it).
+`actor.model` is a plain Hugging Face causal LM (the seed calls `.generate` on it), or a
+peft PeftModel of one with `model.lora.rank > 0` (`.generate` works the same).
 Parameters are fp32 master weights; `model.dtype: bfloat16` runs forwards under autocast.
+With LoRA the frozen base stays in `model.dtype` and only the float32 adapters train.
+Memory/speed switches (each with a plain fallback): `training.use_packed_samples`
+(`verl.workers.packing`), `training.max_tokens_per_micro_batch`, `training.offload_optimizer`
+(`verl.workers.offload`), `model.enable_gradient_checkpointing`, `model.torch_compile`
+(`verl.workers.compile`).
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ from verl.algorithms.policy_losses import compute_policy_loss
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
+from verl.models.lora import apply_lora, lora_enabled
+from verl.workers.compile import CompiledLayers
 from verl.workers.logprobs import response_log_probs
-from verl.workers.micro_batches import make_micro_batches, pad_response_columns, trim_padding
+from verl.workers.offload import OptimizerOffload
+from verl.workers.packing import causal_lm_trunk, pack_batch, prepare_packing
+from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
 from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_step
 
 
@@ -26,12 +36,21 @@ class Actor:
         self.config = config
         self.device = device
         self.compute_dtype = torch_dtype(config.model.dtype)
-        self.model = model if model is not None else load_causal_lm(config.model, torch.float32)
+        lora = lora_enabled(config.model)
+        # Full fine-tuning keeps float32 master weights; a LoRA base is frozen, so model.dtype.
+        load_dtype = self.compute_dtype if lora else torch.float32
+        self.model = model if model is not None else load_causal_lm(config.model, load_dtype)
+        if lora:
+            self.model = apply_lora(self.model, config.model.lora)
         if config.model.enable_gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.to(device)
         t = config.training
+        self.packed = t.use_packed_samples
+        self.packing_mode = prepare_packing(causal_lm_trunk(self.model)) if self.packed else None
+        self.compiled = CompiledLayers(self.model, config.model.torch_compile)
         self.optimizer = build_optimizer(self.model.parameters(), t.lr, t.weight_decay, device)
+        self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")
         self.scheduler = build_scheduler(self.optimizer, t)
         self.temperature = config.rollout.temperature or 1.0
         self.generator = torch.Generator().manual_seed(config.seed)  # mini-batch shuffling
@@ -41,12 +60,17 @@ class Actor:
 
     # ------------------------------------------------------------------ forward
     def _forward(self, mb: Batch, with_entropy: bool):
-        mb = trim_padding(mb).to(self.device)
-        with autocast_context(self.device, self.compute_dtype):
+        mb = trim_padding(mb)
+        # Packing and copies happen on the CPU side without waiting for the GPU.
+        packed = pack_batch(mb.input_ids, mb.attention_mask, mb.response_length).to(self.device) if self.packed \
+            else False
+        mb = batch_to_device(mb, self.device)
+        with autocast_context(self.device, self.compute_dtype), self.compiled.active():
             logp, ent = response_log_probs(
                 self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
                 temperature=self.temperature, chunk_size=self.config.training.logprob_chunk_size,
-                with_entropy=with_entropy)
+                with_entropy=with_entropy, packed=packed, packing_mode=self.packing_mode,
+                fused=self.config.model.torch_compile)
         return mb, logp, ent
 
     @torch.no_grad()
@@ -54,11 +78,12 @@ class Actor:
         """(log_probs (B, R), entropy (B, R)) of the sampled response tokens, on CPU."""
         t = self.config.training
         logps, ents = [], []
-        for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch):
+        for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch, self.packed):
             _, lp, ent = self._forward(mb, with_entropy=True)
-            logps.append(pad_response_columns(lp.float().cpu(), batch.response_length))
-            ents.append(pad_response_columns(ent.float().cpu(), batch.response_length))
-        return torch.cat(logps), torch.cat(ents)  # micro-batches keep row order
+            logps.append(pad_response_columns(lp.float(), batch.response_length))
+            ents.append(pad_response_columns(ent.float(), batch.response_length))
+        # One device->host copy at the end: no sync between micro-batches; row order kept.
+        return torch.cat(logps).cpu(), torch.cat(ents).cpu()
 
     # ------------------------------------------------------------------- update
     def update(self, batch: Batch) -> dict:
@@ -70,14 +95,16 @@ class Actor:
         """
         t, r = self.config.training, self.config.rollout
         self.model.train()
-        sums: dict[str, float] = defaultdict(float)
+        self.optimizer_offload.load()
+        sums: dict = defaultdict(float)  # per-micro-batch metrics stay on the device until the end
         n_updates, n_bad = 0, 0
         for _ in range(t.num_epochs):
             for mini in batch.iter_minibatches(t.mini_batch_size, self.generator, shuffle=t.num_epochs > 1 or
                                                t.mini_batch_size < len(batch)):
                 num_tokens, num_seqs = count_tokens_and_seqs(mini.response_mask)
                 counts = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_response_len=r.max_new_tokens)
-                for mb in make_micro_batches(mini, t.micro_batch_size, t.max_tokens_per_micro_batch):
+                for mb in make_micro_batches(self.rank_share(mini), t.micro_batch_size,
+                                             t.max_tokens_per_micro_batch, self.packed):
                     weight = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)
                     for k, v in self._micro_step(mb, counts).items():
                         sums[k] += v * weight
@@ -86,15 +113,26 @@ class Actor:
                 n_bad += not ok
                 sums["actor/grad_norm"] += grad_norm if ok else 0.0
         self.scheduler.step()
-        metrics = {k: v / n_updates for k, v in sums.items()}
+        self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
+        metrics = {k: float(v) / n_updates for k, v in sums.items()}
         metrics["actor/grad_norm"] = sums["actor/grad_norm"] / max(1, n_updates - n_bad)
         metrics["actor/nonfinite_updates"] = float(n_bad)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
 
+    def rank_share(self, mini: Batch) -> Batch:
+        """The rows of mini-batch `mini` this process runs forward/backward on: all of them.
+        A data-parallel rank (verl.distributed) returns its share instead; the loss counts
+        above stay those of the whole mini-batch, so the ranks' gradients sum to this one."""
+        return mini
+
     def _micro_step(self, mb: Batch, counts: dict) -> dict:
+        """Forward + backward of one micro-batch; metrics as detached 0-dim tensors (read once
+        per update, so the host never waits for the GPU between micro-batches)."""
         a = self.config.algorithm
-        mb, logp, ent = self._forward(mb, with_entropy=True)
+        share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)  # host-side mask
+        # Entropy costs a pass over each chunk's logits: only when it is in the loss.
+        mb, logp, ent = self._forward(mb, with_entropy=a.entropy_coeff > 0)
         mask = mb.response_mask
         is_weights = None
         if self.config.rollout.tis_cap > 0 and mb.rollout_log_probs is not None:
@@ -105,21 +143,21 @@ class Actor:
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, is_weights=is_weights, **counts)
         loss = pg_loss
-        ent_term = aggregate_loss(ent, mask, a.loss_agg_mode, **counts)
+        metrics = {"actor/pg_loss": pg_loss.detach()}
         if a.entropy_coeff > 0:
+            ent_term = aggregate_loss(ent, mask, a.loss_agg_mode, **counts)
             loss = loss - a.entropy_coeff * ent_term
-        metrics = {"actor/pg_loss": pg_loss.item(), "actor/entropy_loss": ent_term.item()}
+            metrics["actor/entropy_loss"] = ent_term.detach()
         if a.use_kl_loss:
             kl = kl_penalty(logp, mb.ref_log_probs, a.kl_estimator)
             kl_term = aggregate_loss(kl, mask, a.loss_agg_mode, **counts)
             loss = loss + a.kl_loss_coef * kl_term
-            metrics["actor/kl_loss"] = kl_term.item()
+            metrics["actor/kl_loss"] = kl_term.detach()
         loss.backward()
         # pg_loss and friends are contributions to the mini-batch sum; rescale the
         # per-micro-batch means (clip fractions) by token share in the caller.
-        share = float(mask.sum()) / max(counts["num_tokens"], 1.0)
         out = {k: v / max(share, 1e-12) for k, v in metrics.items()}
         for k, v in pg_metrics.items():
-            out[f"actor/{k}"] = float(v)
+            out[f"actor/{k}"] = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
         return out
 

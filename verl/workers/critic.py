@@ -1,7 +1,9 @@
 """Critic: V(s_t) for every response position, from a value head on its own backbone.
 
 `critic.name` may be a different (e.g. smaller) model that shares the actor's
-tokenizer; by default it starts from the actor's weights.
+tokenizer; by default it starts from the actor's weights. `training.use_packed_samples`
+runs it padding-free (causal backbones), `training.offload_idle_models` keeps it and its
+optimizer state on the CPU between uses.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from verl.algorithms.value_loss import compute_value_loss
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
 from verl.models.loading import ModelLoadError, _attn_implementation, _path_or_hub, disable_dropout, torch_dtype
-from verl.workers.micro_batches import make_micro_batches, pad_response_columns, trim_padding
+from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
+from verl.workers.offload import IdleOffload
+from verl.workers.packing import pack_batch, packed_forward, prepare_packing
 from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_step
 
 
@@ -31,10 +35,15 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1))
         torch.nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids, attention_mask, position_ids):
+    def forward(self, input_ids, attention_mask, position_ids, **kwargs):
         out = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False)
+                         use_cache=False, **kwargs)
         return self.value_head(out.last_hidden_state).squeeze(-1).float()
+
+    def packed_values(self, packed, mode: str) -> torch.Tensor:
+        """Values (M,) at the states before each real response token of a packed micro-batch."""
+        hidden = packed_forward(self.trunk, packed, mode)[0]  # (N, H)
+        return self.value_head(hidden[packed.pred_index]).squeeze(-1).float()
 
 
 def load_value_model(config) -> ValueModel:
@@ -63,13 +72,20 @@ class Critic:
         if config.model.enable_gradient_checkpointing:
             self.model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         t = config.training
+        self.packed = t.use_packed_samples
+        self.packing_mode = prepare_packing(self.model.trunk) if self.packed else None
         self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, t.weight_decay, device)
         self.scheduler = build_scheduler(self.optimizer, t)
         self.generator = torch.Generator().manual_seed(config.seed + 1)
+        self.offload = IdleOffload(self.model, device, t.offload_idle_models, self.optimizer)
 
     def _forward(self, mb: Batch) -> tuple[Batch, torch.Tensor]:
-        mb = trim_padding(mb).to(self.device)
+        mb = trim_padding(mb)
+        pk = pack_batch(mb.input_ids, mb.attention_mask, mb.response_length).to(self.device) if self.packed else None
+        mb = batch_to_device(mb, self.device)
         with autocast_context(self.device, self.compute_dtype):
+            if pk is not None:
+                return mb, pk.unpack(self.model.packed_values(pk, self.packing_mode))
             v = self.model(mb.input_ids, mb.attention_mask, mb.position_ids)
         r = mb.response_length
         return mb, v[:, -r - 1:-1]  # value of the state before each response token
@@ -79,37 +95,49 @@ class Critic:
         """values (B, R), zero on masked positions."""
         t = self.config.training
         out = []
-        for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch):
-            mb, v = self._forward(mb)
-            out.append(pad_response_columns((v * mb.response_mask).cpu(), batch.response_length))
-        return torch.cat(out)
+        with self.offload.active():
+            for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch, self.packed):
+                mb, v = self._forward(mb)
+                out.append(pad_response_columns(v * mb.response_mask, batch.response_length))
+            result = torch.cat(out).cpu()
+        return result
+
+    def rank_share(self, mini: Batch) -> Batch:
+        """Rows of `mini` this process trains on: all; a data-parallel rank keeps its share
+        (see Actor.rank_share)."""
+        return mini
 
     def update(self, batch: Batch) -> dict:
         """Clipped value regression towards `batch.returns`, same batching as the actor."""
+        with self.offload.active():
+            return self._update(batch)
+
+    def _update(self, batch: Batch) -> dict:
         a, t = self.config.algorithm, self.config.training
         self.model.train()
-        sums: dict[str, float] = defaultdict(float)
+        sums: dict = defaultdict(float)  # device tensors until the end: no per-micro-batch sync
         n_updates = n_bad = 0
         for _ in range(t.num_epochs):
             for mini in batch.iter_minibatches(t.mini_batch_size, self.generator,
                                                shuffle=t.num_epochs > 1 or t.mini_batch_size < len(batch)):
                 num_tokens, num_seqs = count_tokens_and_seqs(mini.response_mask)
                 counts = dict(num_tokens=num_tokens, num_seqs=num_seqs)
-                for mb in make_micro_batches(mini, t.micro_batch_size, t.max_tokens_per_micro_batch):
+                for mb in make_micro_batches(self.rank_share(mini), t.micro_batch_size,
+                                             t.max_tokens_per_micro_batch, self.packed):
+                    share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)  # host-side mask
                     mb, v = self._forward(mb)
                     loss, m = compute_value_loss(v, mb.values, mb.returns, mb.response_mask, a.cliprange_value,
                                                  loss_agg_mode="token-mean", **counts)
                     loss.backward()
-                    share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)
-                    sums["critic/vf_loss"] += loss.item()
+                    sums["critic/vf_loss"] += loss.detach()
                     for k, val in m.items():
-                        sums[f"critic/{k}"] += float(val) * share
+                        sums[f"critic/{k}"] += (val.detach() if isinstance(val, torch.Tensor) else float(val)) * share
                 grad_norm, ok = guarded_step(self.optimizer, self.model.parameters(), t.grad_clip)
                 n_updates += 1
                 n_bad += not ok
                 sums["critic/grad_norm"] += grad_norm if ok else 0.0
         self.scheduler.step()
-        metrics = {k: v / n_updates for k, v in sums.items()}
+        metrics = {k: float(v) / n_updates for k, v in sums.items()}
         metrics["critic/grad_norm"] = sums["critic/grad_norm"] / max(1, n_updates - n_bad)
         metrics["critic/nonfinite_updates"] = float(n_bad)
         metrics["critic/explained_var"] = float(explained_variance(batch.values, batch.returns, batch.response_mask))

@@ -2,15 +2,23 @@
 
 The backbone runs once; the LM head is applied to response positions only, in chunks
 of `chunk_size` tokens, so the float32 [batch, length, vocab] tensor is never built.
-With gradients on, each chunk is checkpointed: its logits are recomputed in backward
-instead of being kept, so peak memory is one chunk of logits.
+`ChunkedLogProbs` is one autograd node for all chunks: forward keeps only the hidden
+states and two floats per token (log-sum-exp, entropy); backward recomputes each chunk's
+logits and forms d(loss)/d(logits) in closed form, so peak memory is one chunk of logits
+in forward and in backward. With z = (h W^T + b) / T, p = softmax(z), lse = logsumexp(z):
+
+    log p(y)   = z_y - lse                     d/dz_k = 1[k = y] - p_k
+    H          = lse - sum_k p_k z_k            d/dz_k = -p_k (z_k - lse + H)
+
+With `packed=True` the micro-batch runs padding-free (`verl.workers.packing`).
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from verl.algorithms.entropy import entropy_from_logits
 
@@ -21,46 +29,191 @@ def unwrap_hf(model: torch.nn.Module) -> torch.nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def backbone_hidden(model: torch.nn.Module, input_ids, attention_mask, position_ids) -> torch.Tensor:
+def backbone_hidden(model: torch.nn.Module, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
     """Last hidden states (B, T, H) of a causal LM's trunk."""
     hf = unwrap_hf(model)
     trunk = getattr(hf, hf.base_model_prefix)
-    out = trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    out = trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                **kwargs)
     return out.last_hidden_state
 
 
-def _chunk_logp_entropy(hidden, weight, bias, targets, temperature, with_entropy):
-    logits = F.linear(hidden, weight, bias).float() / temperature  # (chunk, V)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+def _matmul_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The dtype the head's matmul runs in: autocast's when on, else the hidden states'."""
+    if torch.is_autocast_enabled(hidden.device.type):
+        return torch.get_autocast_dtype(hidden.device.type)
+    return hidden.dtype
+
+
+def _chunk_stats(z: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
+    """Logits chunk (c, V) in the matmul dtype -> (log p(y), lse, entropy), float32 (c,)."""
+    z = z.float()
+    if temperature != 1.0:
+        z = z / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, targets[:, None]).squeeze(-1) - lse
     if with_entropy:
-        return logp, entropy_from_logits(logits)
-    return logp, torch.zeros_like(logp)
+        ent = lse - (torch.exp(z - lse[:, None]) * z).sum(dim=-1)
+    else:
+        ent = torch.zeros_like(lse)
+    return logp, lse, ent
+
+
+def _chunk_grad(z: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor,
+                g_lp: Optional[torch.Tensor], g_ent: Optional[torch.Tensor], temperature: float) -> torch.Tensor:
+    """d(loss)/d(raw logits) of a chunk, in the logits' dtype:
+    g_lp (1[k=y] - p_k) - g_ent p_k (z_k - lse + H), divided by the temperature."""
+    out_dtype = z.dtype
+    z = z.float()
+    if temperature != 1.0:
+        z = z / temperature
+    p = torch.exp(z - lse[:, None])
+    if g_ent is not None:
+        dz = -(p * (z - lse[:, None] + ent[:, None])) * g_ent[:, None]
+        if g_lp is not None:
+            dz = dz - p * g_lp[:, None]
+    else:
+        dz = -p * g_lp[:, None]
+    if g_lp is not None:
+        dz = dz.scatter_add(-1, targets[:, None], g_lp[:, None])
+    if temperature != 1.0:
+        dz = dz / temperature
+    return dz.to(out_dtype)
+
+
+_COMPILED: dict = {}
+
+
+def _kernels(fused: bool):
+    """The chunk functions, torch.compile'd (one fused pass over each logits chunk instead of
+    several) when `fused`; compiled once per process, dynamic in the chunk length."""
+    if not fused:
+        return _chunk_stats, _chunk_grad
+    if not _COMPILED:
+        _COMPILED["stats"] = torch.compile(_chunk_stats, dynamic=True)
+        _COMPILED["grad"] = torch.compile(_chunk_grad, dynamic=True)
+    return _COMPILED["stats"], _COMPILED["grad"]
+
+
+class ChunkedLogProbs(torch.autograd.Function):
+    """(hidden (N, H), weight (V, H), bias (V,) | None, targets (N,)) -> (log p(y) (N,), H (N,)).
+
+    Logits are formed in `dtype` (bf16 under autocast) and reduced in float32."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature: float, chunk_size: int, dtype: torch.dtype,
+                with_entropy: bool, fused: bool):
+        stats, _ = _kernels(fused)
+        w = weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
+        n = hidden.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        ent = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        for s in range(0, n, chunk_size):
+            z = F.linear(hidden[s:s + chunk_size].to(dtype), w, b)
+            logp[s:s + chunk_size], lse[s:s + chunk_size], ent[s:s + chunk_size] = stats(
+                z, targets[s:s + chunk_size], temperature, with_entropy)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, ent)
+        ctx.cfg = (temperature, chunk_size, dtype, with_entropy, fused)
+        ctx.set_materialize_grads(False)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_ent):
+        hidden, weight, bias, targets, lse, ent = ctx.saved_tensors
+        temperature, chunk_size, dtype, with_entropy, fused = ctx.cfg
+        if not with_entropy:
+            grad_ent = None
+        none = (None,) * 9
+        if grad_logp is None and grad_ent is None:
+            return none
+        _, grad_fn = _kernels(fused)
+        w = weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
+        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
+        n = hidden.shape[0]
+        for s in range(0, n, chunk_size):
+            e = min(n, s + chunk_size)
+            h = hidden[s:e].to(dtype)
+            dz = grad_fn(F.linear(h, w, b), targets[s:e], lse[s:e], ent[s:e],
+                         None if grad_logp is None else grad_logp[s:e],
+                         None if grad_ent is None else grad_ent[s:e], temperature)  # (c, V) in dtype
+            if need_h:
+                grad_h[s:e] = (dz @ w).to(hidden.dtype)
+            if need_w:
+                grad_w += (dz.t() @ h).float()
+            if need_b:
+                grad_b += dz.float().sum(dim=0)
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        grad_b = grad_b.to(bias.dtype) if need_b else None
+        return (grad_h, grad_w, grad_b) + none[3:]
+
+
+def head_log_probs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float = 1.0,
+                   chunk_size: int = 1024, with_entropy: bool = True, fused: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(targets) and entropy from hidden states (N, H) through the LM head `head`
+    (nn.Linear-like: `.weight` (V, H), optional `.bias`), chunked. Returns float32 (N,), (N,);
+    the entropy is zeros when `with_entropy` is False. `fused` compiles the per-chunk math
+    (`model.torch_compile`)."""
+    weight, bias = head.weight, getattr(head, "bias", None)
+    if hidden.shape[0] == 0:  # no response token: empty outputs that still reach the graph
+        empty = hidden.new_zeros(0, dtype=torch.float32) + 0.0 * weight.sum()
+        return empty, empty
+    return ChunkedLogProbs.apply(hidden, weight, bias, targets, float(temperature), int(chunk_size),
+                                 _matmul_dtype(hidden), bool(with_entropy), bool(fused))
+
+
+def lm_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The output projection of a causal LM. A LoRA-wrapped head (peft `target_modules`
+    naming lm_head) is not supported here: peft's "all-linear" leaves the head alone."""
+    head = unwrap_hf(model).get_output_embeddings()
+    if not isinstance(getattr(head, "weight", None), torch.Tensor) or hasattr(head, "lora_A"):
+        raise NotImplementedError("the LM head must be a plain linear layer (do not put LoRA on lm_head)")
+    return head
 
 
 def response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        position_ids: torch.Tensor, response_length: int, temperature: float = 1.0,
-                       chunk_size: int = 1024, with_entropy: bool = True):
+                       chunk_size: int = 1024, with_entropy: bool = True, packed=False,
+                       packing_mode: Optional[str] = None, fused: bool = False):
     """log pi(y_t | x, y_<t) and the policy entropy at each response position.
 
     input_ids (B, T) with the response in the last R = response_length columns.
-    Position P-1+t predicts response token t, so hidden[:, P-1 : T-1] meets the head.
+    Padded: position P-1+t predicts response token t, so hidden[:, P-1 : T-1] meets the head.
+    Packed (`packed=True`, or a `PackedBatch` already built from these rows): only the real
+    tokens run (one row); padding positions come back as 0.
     Returns (log_probs (B, R), entropy (B, R)), float32.
     """
+    head = lm_head(model)
+    if packed is not False and packed is not None:
+        from verl.workers.packing import PackedBatch, causal_lm_trunk, pack_batch, packed_forward, prepare_packing
+
+        trunk = causal_lm_trunk(model)
+        mode = packing_mode or prepare_packing(trunk)
+        pk = packed if isinstance(packed, PackedBatch) else pack_batch(input_ids, attention_mask, response_length)
+        hidden = packed_forward(trunk, pk, mode)[0]  # (N, H)
+        lp, ent = head_log_probs(hidden[pk.pred_index], head, pk.target_ids, temperature, chunk_size, with_entropy,
+                                 fused)
+        return pk.unpack(lp), pk.unpack(ent)
     b, t = input_ids.shape
     hidden = backbone_hidden(model, input_ids, attention_mask, position_ids)
     hidden = hidden[:, t - response_length - 1: t - 1].reshape(b * response_length, -1)
     targets = input_ids[:, t - response_length:].reshape(-1)
-    head = unwrap_hf(model).get_output_embeddings()
-    weight, bias = head.weight, getattr(head, "bias", None)
-    logps, ents = [], []
-    for start in range(0, hidden.shape[0], chunk_size):
-        args = (hidden[start:start + chunk_size], weight, bias, targets[start:start + chunk_size],
-                temperature, with_entropy)
-        if torch.is_grad_enabled():
-            lp, ent = checkpoint(_chunk_logp_entropy, *args, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logp_entropy(*args)
-        logps.append(lp)
-        ents.append(ent)
-    return torch.cat(logps).view(b, response_length), torch.cat(ents).view(b, response_length)
+    lp, ent = head_log_probs(hidden, head, targets, temperature, chunk_size, with_entropy, fused)
+    return lp.view(b, response_length), ent.view(b, response_length)
+
+
+def naive_response_log_probs(model: torch.nn.Module, input_ids, attention_mask, position_ids, response_length: int,
+                             temperature: float = 1.0):
+    """Reference: full float32 logits (B, R, V), log_softmax, gather. For tests and benchmarks."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   use_cache=False).logits
+    t = input_ids.shape[1]
+    logits = logits[:, t - response_length - 1: t - 1].float() / temperature
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, t - response_length:, None]).squeeze(-1)
+    return logp, entropy_from_logits(logits)

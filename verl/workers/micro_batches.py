@@ -18,19 +18,48 @@ def seq_token_counts(batch: Batch) -> list[int]:
     return batch.attention_mask.sum(dim=1).tolist()
 
 
-def make_micro_batches(batch: Batch, micro_batch_size: int, max_tokens: Optional[int] = None) -> list[Batch]:
-    """Consecutive micro-batches of `micro_batch_size` sequences, or, with `max_tokens`,
-    groups whose real (unpadded) token total stays within the budget (a sequence longer
-    than the budget gets a micro-batch of its own)."""
+def _real_lengths(batch: Batch):
+    """Cost of rows [first..i] as one padded micro-batch after `trim_padding`:
+    rows x (longest real prompt + longest real response) -- the (b, t) block the model sees."""
+    p = batch.prompt_length
+    prompt_len = batch.attention_mask[:, :p].sum(dim=1).tolist()
+    resp_len = batch.attention_mask[:, p:].sum(dim=1).tolist()
+    return prompt_len, resp_len
+
+
+def make_micro_batches(batch: Batch, micro_batch_size: int, max_tokens: Optional[int] = None,
+                       packed: bool = False) -> list[Batch]:
+    """Consecutive micro-batches of `micro_batch_size` sequences, or, with `max_tokens`, of
+    as many consecutive sequences as fit the token budget:
+
+      packed  the packed row length, i.e. the sum of real (unpadded) token counts
+      padded  the trimmed padded block, rows x (longest prompt + longest response) of the group
+
+    A sequence longer than the budget gets a micro-batch of its own. Row order is kept, so
+    per-row outputs concatenate back in order; losses use mini-batch-global counts, so the
+    grouping changes memory and speed, never the gradient."""
     if not max_tokens:
         return batch.split(micro_batch_size)
-    groups, current, used = [], [], 0
-    for i, n in enumerate(seq_token_counts(batch)):
-        if current and used + n > max_tokens:
-            groups.append(current)
-            current, used = [], 0
-        current.append(i)
-        used += n
+    groups: list[list[int]] = []
+    current: list[int] = []
+    if packed:
+        used = 0
+        for i, n in enumerate(seq_token_counts(batch)):
+            if current and used + n > max_tokens:
+                groups.append(current)
+                current, used = [], 0
+            current.append(i)
+            used += n
+    else:
+        prompt_len, resp_len = _real_lengths(batch)
+        max_p = max_r = 0
+        for i in range(len(batch)):
+            np_, nr = max(max_p, prompt_len[i]), max(max_r, resp_len[i])
+            if current and (len(current) + 1) * (np_ + nr) > max_tokens:
+                groups.append(current)
+                current, np_, nr = [], prompt_len[i], resp_len[i]
+            current.append(i)
+            max_p, max_r = np_, nr
     if current:
         groups.append(current)
     return [batch.select(g) for g in groups]
@@ -63,3 +92,19 @@ def pad_response_columns(x: torch.Tensor, length: int) -> torch.Tensor:
     if x.shape[1] == length:
         return x
     return torch.nn.functional.pad(x, (0, length - x.shape[1]))
+
+
+def tensor_to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """CPU -> CUDA through pinned memory without blocking the host (a pageable copy waits for
+    all queued GPU work, which stalls the pipeline between micro-batches)."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def batch_to_device(batch: Batch, device) -> Batch:
+    """`Batch.to` with non-blocking pinned copies of the tensor fields."""
+    changes = {name: tensor_to_device(getattr(batch, name), device) for name in Batch.tensor_fields()
+               if getattr(batch, name) is not None}
+    return batch.replace(**changes)

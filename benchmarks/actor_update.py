@@ -1,0 +1,173 @@
+"""Actor update throughput and MFU: packed vs padded, on one device.
+
+Runs verl's own `Actor.update` (PPO clipped loss, fp32 master weights, bf16 autocast on GPU,
+fused AdamW, one optimizer step per update) on a synthetic rollout batch whose response
+lengths vary widely, once per micro-batching variant:
+
+    padded        `training.micro_batch_size` sequences per micro-batch, padded
+    padded+budget padded micro-batches cut by `training.max_tokens_per_micro_batch`
+    packed        `training.use_packed_samples` + the same token budget (one packed row)
+    packed+compile the same with `model.torch_compile` (decoder layers compiled; the warm-up
+                  update pays the compile time and is not timed)
+
+Tokens/s counts real (non-pad) tokens; MFU = model FLOPs / time / bf16 peak, with model
+FLOPs from `common.train_flops` (trunk on all tokens, LM head on response tokens, causal
+attention; padding and recomputation count zero). Also reports the no-grad forward that
+computes old log-probs, and peak GPU memory per variant.
+
+    python benchmarks/actor_update.py --device cpu --tiny                  # seconds, CPU
+    python benchmarks/actor_update.py --device cuda --arch qwen2-1.5b      # H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import common  # noqa: E402
+
+
+def make_batch(n: int, prompt_range, response_range, vocab: int, seed: int = 0):
+    """A rollout-layout Batch: left-padded prompts, right-padded responses, uniform lengths."""
+    from verl.batch import Batch
+
+    gen = torch.Generator().manual_seed(seed)
+    p_len = torch.randint(prompt_range[0], prompt_range[1] + 1, (n,), generator=gen)
+    r_len = torch.randint(response_range[0], response_range[1] + 1, (n,), generator=gen)
+    P, R = int(p_len.max()), int(r_len.max())
+    ids = torch.randint(10, vocab, (n, P + R), generator=gen)
+    cols = torch.arange(P + R)
+    mask = ((cols >= P - p_len[:, None]) & (cols < P + r_len[:, None])).long()
+    ids = ids * mask
+    pos = (mask.cumsum(1) - 1).clamp(min=0) * mask
+    resp_mask = mask[:, P:].float()
+    adv = torch.randn(n, generator=gen)[:, None].expand(n, R).contiguous() * resp_mask
+    batch = Batch(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, P:],
+                  response_mask=resp_mask, advantages=adv, old_log_probs=torch.zeros(n, R),
+                  ref_log_probs=torch.zeros(n, R))
+    return batch, (p_len + r_len).tolist(), r_len.tolist()
+
+
+def make_config(device, n: int, micro: int, budget, packed: bool, dtype: str, chunk: int, grad_ckpt: bool = False,
+                offload: bool = False, lora_rank: int = 0, max_new_tokens: int = 2048, compile: bool = False):
+    from verl.config import config_from_dict
+
+    return config_from_dict({
+        "device": str(device),
+        "model": {"dtype": dtype, "enable_gradient_checkpointing": grad_ckpt, "torch_compile": compile,
+                  "lora": {"rank": lora_rank, "alpha": 2 * lora_rank}},
+        "algorithm": {"name": "grpo", "use_kl_loss": False},
+        "rollout": {"n": 2, "max_new_tokens": max_new_tokens, "temperature": 1.0},
+        "training": {"batch_size": n // 2, "mini_batch_size": n, "micro_batch_size": micro, "num_epochs": 1,
+                     "max_tokens_per_micro_batch": budget, "use_packed_samples": packed, "lr": 1e-6,
+                     "logprob_chunk_size": chunk, "offload_optimizer": offload},
+        "data": {"max_prompt_length": 64},
+        "logging": {"backends": [], "progress_bar": False},
+    })
+
+
+VARIANTS = {
+    "padded": dict(packed=False, budget=False),
+    "padded+budget": dict(packed=False, budget=True),
+    "packed": dict(packed=True, budget=True),
+    "packed+compile": dict(packed=True, budget=True, compile=True),
+}
+
+
+def run(args) -> list[dict]:
+    from verl.workers.actor import Actor
+
+    device = common.resolve_device(args.device)
+    info = common.machine_info(device)
+    dtype = "bfloat16" if device.type == "cuda" else "float32"
+    model = common.build_model(args.arch, device, torch.float32)
+    cfg_hf = model.config
+    n_params = common.param_count(model)
+    batch, seq_lens, resp_lens = make_batch(args.batch, args.prompt_len, args.response_len, cfg_hf.vocab_size)
+    flops = common.train_flops(cfg_hf, seq_lens, resp_lens)
+    fwd_flops = common.train_flops(cfg_hf, seq_lens, resp_lens, backward=False)
+    peak = common.peak_flops(device)
+    n_tokens = sum(seq_lens)
+    rows = []
+    for name in args.variants:
+        v = VARIANTS[name]
+        cfg = make_config(device, args.batch, args.micro_batch, args.budget if v["budget"] else None, v["packed"],
+                          dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False))
+        row = dict(variant=name, arch=args.arch, params_m=round(n_params / 1e6), sequences=args.batch,
+                   tokens=n_tokens)
+        actor = None
+        try:
+            actor = Actor(cfg, device, model=model)
+            row["packing_mode"] = actor.packing_mode
+            common.reset_peak(device)
+            t_fwd, (old_lp, _) = common.timed(lambda: actor.compute_log_probs(batch), device, repeats=1 + args.repeats)
+            batch.old_log_probs = old_lp
+            fwd_s = min(t_fwd[1:])
+            times, metrics = common.timed(lambda: actor.update(batch), device, repeats=1 + args.repeats)
+            upd_s = min(times[1:])  # first call warms up (allocator, kernels, lazy optimizer state)
+            row.update(update_s=round(upd_s, 3), tokens_per_s=round(n_tokens / upd_s),
+                       tflops=float(f"{flops / upd_s / 1e12:.3g}"), warmup_s=round(times[0], 1),
+                       fwd_tokens_per_s=round(n_tokens / fwd_s), peak_gib=common.peak_gib(device), pg_loss=round(float(metrics["actor/pg_loss"]), 5),
+                       grad_norm=round(float(metrics["actor/grad_norm"]), 4))
+            if peak:
+                row["mfu"] = round(flops / upd_s / peak, 3)
+                row["fwd_mfu"] = round(fwd_flops / fwd_s / peak, 3)
+        except Exception as exc:  # one variant failing (e.g. out of memory) must not lose the others
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        actor = None
+        model.zero_grad(set_to_none=True)
+        common.free_memory(device)
+        rows.append(row)
+        _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=True)
+    _report(args, info, rows, n_params, n_tokens, flops, peak, dtype)
+    return rows
+
+
+def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=False):
+    base = next((r for r in rows if r["variant"] == "padded" and "update_s" in r), None)
+    for r in rows:
+        if base and "update_s" in r:
+            r["speedup_vs_padded"] = round(base["update_s"] / r["update_s"], 2)
+    cols = ["variant", "packing_mode", "tokens", "update_s", "tokens_per_s", "speedup_vs_padded", "tflops", "mfu",
+            "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "warmup_s", "error"]
+    pad_frac = 1 - n_tokens / (args.batch * (max(args.prompt_len) + max(args.response_len)))
+    notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters), {args.batch} sequences, prompt lengths "
+             f"{args.prompt_len[0]}-{args.prompt_len[1]}, response lengths {args.response_len[0]}-{args.response_len[1]} "
+             f"(uniform), {n_tokens} real tokens ({pad_frac:.0%} of the full padded block is padding); "
+             f"micro_batch_size {args.micro_batch}, token budget {args.budget}; model dtype {dtype} (autocast over "
+             f"fp32 master weights); logprob_chunk_size {args.chunk}; best of {args.repeats} timed updates after one "
+             f"warm-up. MFU against {(peak or 0) / 1e12:.0f} TFLOP/s bf16 dense peak; model FLOPs "
+             f"{flops / 1e12:.2f} TFLOP per update (common.train_flops).")
+    common.write_results(args.out, "actor_update", info, rows, cols, extra=dict(flops_per_update=flops,
+                                                                                args=vars(args)), notes=notes,
+                         quiet=quiet)
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--tiny", action="store_true", help="small CPU-sized problem (tiny-qwen2)")
+    ap.add_argument("--arch", default="qwen2-1.5b", choices=sorted(common.ARCHS))
+    ap.add_argument("--batch", type=int, default=64, help="sequences per update")
+    ap.add_argument("--prompt-len", type=int, nargs=2, default=[128, 512])
+    ap.add_argument("--response-len", type=int, nargs=2, default=[64, 2048])
+    ap.add_argument("--micro-batch", type=int, default=8, help="padded: sequences per micro-batch")
+    ap.add_argument("--budget", type=int, default=16384, help="max_tokens_per_micro_batch")
+    ap.add_argument("--chunk", type=int, default=4096, help="logprob_chunk_size")
+    ap.add_argument("--repeats", type=int, default=2, help="timed updates after one warm-up")
+    ap.add_argument("--variants", nargs="+", default=["padded", "padded+budget", "packed"], choices=list(VARIANTS))
+    ap.add_argument("--out", default=None, help="directory for actor_update.json / .md")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.arch, args.batch, args.prompt_len, args.response_len = "tiny-qwen2", 16, [8, 32], [4, 192]
+        args.micro_batch, args.budget, args.chunk, args.repeats = 4, 640, 256, 2
+    return args
+
+
+if __name__ == "__main__":
+    run(parse())

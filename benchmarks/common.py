@@ -1,0 +1,296 @@
+"""Shared pieces of the benchmarks: machine facts, real architecture configs with random
+weights, FLOP counting, timing, and writing a table + JSON.
+
+Every benchmark runs on a CPU with `--device cpu --tiny` (small sizes, seconds) and on a GPU
+with real sizes. Figures are only comparable within one run: each script measures all its
+variants in the same process, on the same inputs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# Dense bf16 tensor-core peaks (no sparsity), FLOP/s, by datasheet.
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "4090": 165e12}
+
+# Architecture configs of real models (from their config.json), built with random weights.
+ARCHS = {
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
+                         max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5, head_dim=64),
+    "qwen2-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                       num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-3b": dict(model_type="qwen2", hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                     num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
+                     max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-14b": dict(model_type="qwen2", hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+                        num_attention_heads=40, num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
+                        max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-32b": dict(model_type="qwen2", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                        num_attention_heads=40, num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
+                        max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # Tiny stand-ins for --tiny runs on a CPU (same code paths, seconds).
+    "tiny-qwen2": dict(model_type="qwen2", hidden_size=128, intermediate_size=384, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=4096, tie_word_embeddings=True,
+                       max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6),
+    "tiny-llama": dict(model_type="llama", hidden_size=192, intermediate_size=512, num_hidden_layers=4,
+                       num_attention_heads=3, num_key_value_heads=1, vocab_size=8192, tie_word_embeddings=True,
+                       max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5, head_dim=64),
+}
+
+
+def hf_config(arch: str):
+    from transformers import AutoConfig
+
+    spec = dict(ARCHS[arch])
+    model_type = spec.pop("model_type")
+    return AutoConfig.for_model(model_type, **spec)
+
+
+def build_model(arch: str, device, dtype=torch.float32, attn: str = "sdpa") -> torch.nn.Module:
+    """A causal LM of architecture `arch` with random weights, built directly on `device`
+    (GPU init of a 7B model takes seconds; on the CPU it would take minutes)."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.models.loading import disable_dropout
+
+    cfg = hf_config(arch)
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
+    disable_dropout(model)
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def synthetic_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer with exactly `vocab_size` tokens, built offline in a second:
+    3 special tokens, the 256 byte symbols, then merges of byte pairs. Every id decodes, so a
+    random model of any real architecture can be paired with it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {s: i for i, s in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])}
+    for ch in alphabet:
+        vocab[ch] = len(vocab)
+    merges = []
+    for a in alphabet:
+        for b in alphabet:
+            if len(vocab) >= vocab_size:
+                break
+            vocab[a + b] = len(vocab)
+            merges.append((a, b))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    fast.model_max_length = 1 << 20
+    return fast
+
+
+def save_random_model(arch: str, path: str, dtype=torch.bfloat16) -> str:
+    """A random `arch` model + `synthetic_tokenizer` written as a Hugging Face folder (for
+    engines that load from disk: vLLM; TRL and verl load it the same way). Built once."""
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
+        return path
+    tok = synthetic_tokenizer(ARCHS[arch]["vocab_size"])
+    model = build_model(arch, "cpu", dtype)
+    for cfg in (model.config, model.generation_config):
+        cfg.eos_token_id = tok.eos_token_id
+        cfg.pad_token_id = tok.pad_token_id
+        cfg.bos_token_id = tok.bos_token_id
+    tmp = path + f".tmp{os.getpid()}"
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, path) if not os.path.exists(path) else None
+    return path
+
+
+def param_count(model_or_arch) -> int:
+    if isinstance(model_or_arch, str):
+        with torch.device("meta"):
+            from transformers import AutoModelForCausalLM
+
+            m = AutoModelForCausalLM.from_config(hf_config(model_or_arch))
+        return sum(p.numel() for p in m.parameters())
+    return sum(p.numel() for p in model_or_arch.parameters())
+
+
+# ---------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------
+
+
+def flop_terms(cfg) -> dict:
+    """Per-token matmul parameter counts of a decoder-only transformer config."""
+    h = cfg.hidden_size
+    hq = cfg.num_attention_heads
+    hk = getattr(cfg, "num_key_value_heads", None) or hq
+    d = getattr(cfg, "head_dim", None) or h // hq
+    inter = cfg.intermediate_size
+    layer = h * hq * d + 2 * h * hk * d + hq * d * h + 3 * h * inter  # q, k, v, o, gate/up/down
+    return dict(trunk=cfg.num_hidden_layers * layer, head=h * cfg.vocab_size,
+                attn_width=cfg.num_hidden_layers * hq * d)
+
+
+def train_flops(cfg, seq_lens, resp_lens, backward: bool = True) -> float:
+    """Model FLOPs of one forward (+ backward) over packed sequences, counting useful work only:
+
+        trunk     2 * N_trunk per token               (all real tokens; N_trunk = decoder matmul weights)
+        LM head   2 * hidden * vocab per token        (response tokens only: only they need logits)
+        attention 2 * L * Hq * d * s * (s + 1) per sequence of length s (causal QK^T and AV)
+
+    times 3 with the backward pass (6 * N * tokens for the matmuls). Padding, recomputation
+    (gradient checkpointing, the chunked head's backward) and the embedding lookup count zero.
+    """
+    t = flop_terms(cfg)
+    n_tok = float(sum(seq_lens))
+    n_resp = float(sum(resp_lens))
+    fwd = 2 * t["trunk"] * n_tok + 2 * t["head"] * n_resp + sum(2 * t["attn_width"] * s * (s + 1) for s in seq_lens)
+    return fwd * (3 if backward else 1)
+
+
+def peak_flops(device) -> Optional[float]:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, value in PEAK_BF16.items():
+        if key in name:
+            return value
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Machine, timing, memory, output
+# ---------------------------------------------------------------------------
+
+
+def machine_info(device) -> dict:
+    info = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                host=platform.node(), python=platform.python_version(), torch=torch.__version__,
+                cpu_count=os.cpu_count(), device=str(device), command=" ".join([os.path.basename(sys.executable)] + sys.argv))
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
+                    peak_bf16_tflops=(peak_flops(device) or 0) / 1e12)
+    else:
+        info["cpu"] = platform.processor() or platform.machine()
+    if hasattr(os, "getloadavg"):  # other processes on the machine skew CPU timings
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    info["torch_threads"] = torch.get_num_threads()
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, timeout=5).stdout.strip()
+    except Exception:
+        pass
+    return info
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device) -> Optional[float]:
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
+
+
+def timed(fn: Callable, device, repeats: int = 1) -> tuple[list[float], object]:
+    """Wall seconds of each of `repeats` calls (device synchronised), and the last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+def free_memory(device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    cells = [[fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    line = "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(v.ljust(w) for v, w in zip(row, widths)) + " |" for row in cells]
+    return "\n".join([line, sep] + body)
+
+
+def write_results(out_dir: str, name: str, info: dict, rows: list[dict], columns: list[str], extra: dict = None,
+                  notes: str = "", quiet: bool = False) -> str:
+    """Print the table and write `<name>.json` and `<name>.md` under `out_dir` (called after
+    every row with quiet=True, so a run stopped midway keeps what it measured)."""
+    table = format_table(rows, columns)
+    header = f"## {name}\n\n{info.get('date')} | {info.get('gpu') or info.get('cpu')} | torch {info.get('torch')}\n\n"
+    text = header + table + ("\n\n" + notes if notes else "") + f"\n\ncommand: `{info.get('command')}`\n"
+    if not quiet:
+        print("\n" + text, flush=True)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{name}.json"), "w") as fh:
+            json.dump(dict(benchmark=name, machine=info, rows=rows, **(extra or {})), fh, indent=2, default=str)
+        with open(os.path.join(out_dir, f"{name}.md"), "w") as fh:
+            fh.write(text)
+    return table
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()

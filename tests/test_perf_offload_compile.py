@@ -1,0 +1,97 @@
+"""Offload helpers (their CPU-side contracts; the GPU figures are in benchmarks/memory.py) and
+`model.torch_compile` (compiled layers == eager; slow, so opt-in with VERL_TEST_COMPILE=1)."""
+
+import os
+
+import pytest
+import torch
+
+from verl.workers.offload import IdleOffload, OptimizerOffload
+from verl.workers.reference import frozen_copy
+
+
+def test_frozen_copy_is_detached_tied_and_cast(tiny_qwen2):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
+    ref = frozen_copy(model, torch.device("cpu"), torch.bfloat16)
+    assert not ref.training and not any(p.requires_grad for p in ref.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in ref.parameters())
+    assert ref.lm_head.weight is ref.model.embed_tokens.weight  # tied weights stay one tensor
+    assert ref.model.embed_tokens.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(1.0)  # training the actor leaves the copy alone
+    assert not torch.allclose(ref.model.embed_tokens.weight.float(), model.model.embed_tokens.weight, atol=0.5)
+
+
+def test_offload_is_a_no_op_on_cpu():
+    p = torch.nn.Parameter(torch.randn(4))
+    opt = torch.optim.AdamW([p])
+    p.grad = torch.ones(4)
+    opt.step()
+    state = {k: v.clone() for k, v in opt.state[p].items()}
+    off = OptimizerOffload(opt)
+    assert off.offload() == 0 and off.load() == 0  # already in host memory: nothing moves
+    assert all(torch.equal(opt.state[p][k], v) for k, v in state.items())
+    module = torch.nn.Linear(2, 2)
+    idle = IdleOffload(module, torch.device("cpu"), enabled=True, optimizer=opt)
+    assert not idle.enabled
+    with idle.active():
+        assert module.weight.device.type == "cpu"
+
+
+@pytest.mark.parametrize("packed", [True, False])  # compiles for about a minute each on a CPU
+def test_compiled_layers_equal_eager(tiny_qwen2, packed):
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.compile import CompiledLayers
+    from verl.workers.logprobs import response_log_probs
+    from verl.workers.packing import causal_lm_trunk, prepare_packing
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
+    prepare_packing(causal_lm_trunk(model))
+    compiled = CompiledLayers(model, True)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (3, 14), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0
+    mask[1, 10:] = 0
+    pos = (mask.cumsum(1) - 1).clamp(min=0) * mask
+    rmask = mask[:, 8:].float()
+
+    def run(ctx):
+        model.zero_grad()
+        with ctx:
+            lp, _ = response_log_probs(model, ids, mask, pos, 6, packed=packed)
+        (lp * rmask).sum().backward()
+        return lp.detach(), [p.grad.clone() for p in model.parameters()]
+
+    import contextlib
+
+    lp0, g0 = run(contextlib.nullcontext())
+    lp1, g1 = run(compiled.active())
+    assert torch.allclose(lp0 * rmask, lp1 * rmask, atol=1e-4)
+    for a, b in zip(g0, g1):
+        assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()) + 1e-7)
+    assert "forward" not in vars(compiled.layers[0])  # eager again outside active()
+
+
+@pytest.mark.skipif(not os.environ.get("VERL_TEST_COMPILE"), reason="compiles for ~1 min on a CPU; VERL_TEST_COMPILE=1")
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_fused_head_equals_eager(with_entropy):
+    from verl.workers.logprobs import head_log_probs
+
+    gen = torch.Generator().manual_seed(0)
+    n, h, v = 37, 16, 300
+    head = torch.nn.Linear(h, v, bias=False)
+    targets = torch.randint(0, v, (n,), generator=gen)
+    hidden = torch.randn(n, h, generator=gen, requires_grad=True)
+    g = torch.randn(n, generator=gen)
+    results = []
+    for fused in (False, True):
+        lp, ent = head_log_probs(hidden, head, targets, temperature=0.7, chunk_size=16, with_entropy=with_entropy,
+                                 fused=fused)
+        loss = (lp * g).sum() + (ent * g).sum() * with_entropy
+        results.append((lp.detach(), ent.detach(), *torch.autograd.grad(loss, (hidden, head.weight))))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-5 * float(b.abs().max()) + 1e-6)

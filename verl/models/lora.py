@@ -1,0 +1,127 @@
+"""LoRA through peft: wrap the actor, run the reference as the same model with adapters off,
+and give merged weights to whoever needs a plain model (vLLM sync, full saves).
+
+    model = apply_lora(hf_model, config.model.lora)     # a peft PeftModel; only adapters train
+    with adapters_disabled(model): ...                  # the base model = the reference policy
+    for name, tensor in merged_state_items(model): ...  # HF checkpoint names, W + (alpha/r) B A
+
+With LoRA the frozen base weights need no float32 master copy, so the actor loads them in
+`model.dtype` (bf16 on GPU: 2 bytes/parameter) and peft keeps the adapters in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+
+def lora_enabled(model_cfg) -> bool:
+    return model_cfg.lora.rank > 0
+
+
+def is_peft_model(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _target_modules(value):
+    if isinstance(value, str) and value != "all-linear":
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
+    """Wrap a causal LM with LoRA adapters (peft). B starts at zero, so the wrapped model
+    computes exactly the base model until the first update."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ImportError("model.lora.rank > 0 needs peft (pip install peft)") from exc
+    from verl.config import ConfigError
+
+    cfg = LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
+                     target_modules=_target_modules(lora_cfg.target_modules), bias="none", task_type="CAUSAL_LM")
+    try:
+        peft_model = get_peft_model(model, cfg)
+    except ValueError as exc:
+        raise ConfigError(f"model.lora.target_modules: {str(exc).splitlines()[0]}") from None
+    for name, param in peft_model.named_parameters():  # adapters train in float32
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+    return peft_model
+
+
+def adapters_disabled(model):
+    """Context in which a PeftModel computes its base model (no-op for plain models)."""
+    if is_peft_model(model):
+        return model.disable_adapter()
+    return contextlib.nullcontext()
+
+
+def _base(model: torch.nn.Module) -> torch.nn.Module:
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def merged_state_items(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(Hugging Face checkpoint name, tensor) for every weight of the model, LoRA merged.
+
+    Names are those `save_pretrained` of the merged model writes (and vLLM's loaders read):
+    peft's decorations (`base_model.model.`, `.base_layer`, `modules_to_save.<adapter>`)
+    removed, adapter tensors left out, tied weights (lm_head = embed_tokens) once. Each
+    adapted weight is W + scale * B @ A for the active adapters, computed one tensor at a time
+    (no merged copy of the model); the adapters themselves are untouched. For a plain model
+    this is its state_dict with tied weights once. `dtype` casts floating tensors.
+    """
+    base = _base(model)
+    deltas: dict[str, torch.nn.Module] = {}
+    if is_peft_model(model):
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        for mod_name, mod in base.named_modules():
+            if isinstance(mod, BaseTunerLayer) and hasattr(mod, "get_delta_weight") and not mod.merged:
+                deltas[f"{mod_name}.base_layer.weight"] = mod
+    seen: set[int] = set()
+    for name, tensor in base.state_dict(keep_vars=True).items():
+        if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
+            continue
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        value = tensor.detach()
+        mod = deltas.get(name)
+        if mod is not None:
+            active = [a for a in mod.active_adapters if a in mod.lora_A]
+            if active and not getattr(mod, "disable_adapters", False):
+                with torch.no_grad():
+                    value = value + sum(mod.get_delta_weight(a) for a in active).to(value.dtype)
+        if ".modules_to_save." in name:
+            head, _, rest = name.partition(".modules_to_save.")
+            name = f"{head}.{rest.partition('.')[2]}"
+        name = name.replace(".base_layer.", ".")
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)
+        yield name, value
+
+
+def save_merged(model: torch.nn.Module, tokenizer, path: str) -> str:
+    """A plain Hugging Face folder of the merged model (loadable by AutoModelForCausalLM and
+    vLLM), written from `merged_state_items` -- no deep copy of the model in memory."""
+    base = _base(model)
+    state = dict(merged_state_items(model))
+    base.save_pretrained(path, state_dict=state, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path
+
+
+def lora_param_count(model: torch.nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total
