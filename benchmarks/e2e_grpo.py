@@ -8,10 +8,13 @@ runs in its own process; the step time is the median over the timed steps after 
 
 Systems:
     verl-hf          verl, rollout.name=hf (transformers generate with the actor's module)
-    verl-hf-static   the same, with generate's static KV cache (transformers compiles the decode step)
+    verl-hf-static   the same, with generate's static KV cache (transformers compiles the decode step;
+                     fails under bf16 autocast over fp32 weights in transformers 5.17-5.19: the
+                     rotary-embedded keys come out float32, the values bf16, and the static cache
+                     takes one dtype)
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
     trl              TRL GRPOTrainer, transformers generate (its default)
-    trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off)
+    trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
 
 tokens/s = (prompt + completion tokens of the step) / step seconds. Columns: rollout_s is
 generation (TRL: time inside the model's generate), update_s the policy update (TRL: the
@@ -203,6 +206,11 @@ def run_all(args) -> list[dict]:
             cmd.append("--packed")
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
+        if args.threads:
+            # Same thread count for every system; vLLM must not pin its own threads to all cores.
+            env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+                       VLLM_CPU_OMP_THREADS_BIND="nobind")
+            cmd += ["--threads", str(args.threads)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
@@ -234,7 +242,7 @@ def _report(args, info, rows, quiet=False):
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
              f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
-             f"(autocast over fp32 master weights); median of {args.steps} "
+             f"(autocast over fp32 master weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
              f"x_best_trl = over the fastest TRL configuration run.")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
@@ -253,6 +261,9 @@ def parse(argv=None):
     ap.add_argument("--prompt-words", type=int, default=16)
     ap.add_argument("--micro-batch", type=int, default=None, help="verl micro_batch_size (default: all)")
     ap.add_argument("--packed", action="store_true", help="verl: training.use_packed_samples")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="CPU threads per system (0: PyTorch's default). 1 keeps timings sane on a busy machine, "
+                         "where two threads wait on each other at every op")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                     help="compute dtype of both trainers: bf16 autocast over fp32 master weights, or fp32")
     ap.add_argument("--steps", type=int, default=3)
@@ -268,8 +279,7 @@ def parse(argv=None):
         args.arch = "tiny-llama"
         defaults = dict(prompts=2, group=4, max_new_tokens=16, systems=["verl-hf", "trl"])
     elif cuda:
-        defaults = dict(prompts=16, group=8, max_new_tokens=256, systems=["verl-hf", "verl-hf-static", "trl",
-                                                                          "trl-static"])
+        defaults = dict(prompts=16, group=8, max_new_tokens=256, systems=["verl-hf", "trl"])
     else:
         defaults = dict(prompts=4, group=4, max_new_tokens=64, systems=["verl-vllm", "verl-hf", "trl"])
     for k, v in defaults.items():
@@ -282,6 +292,10 @@ def parse(argv=None):
 
 if __name__ == "__main__":
     a = parse()
+    if a.worker and a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
     if a.worker:
         a.system = a.worker
         res = worker_trl(a) if a.worker.startswith("trl") else worker_verl(a)

@@ -87,7 +87,7 @@ def run_config(name, spec, args, device, batch) -> dict:
         row["trainable_m"] = round(sum(p.numel() for p in actor.model.parameters() if p.requires_grad) / 1e6, 1)
     except Exception as exc:
         row["error"] = ("OOM " if common.is_oom(exc) else "") + f"{type(exc).__name__}: {str(exc).splitlines()[0][:140]}"
-    del actor, ref
+    actor = ref = None  # free before the next configuration
     common.free_memory(device)
     return row
 
@@ -103,9 +103,11 @@ def logits_memory(args, device) -> list[dict]:
     mask = torch.ones_like(ids)
     pos = torch.arange(p + r, device=device).expand(b, -1)
     rows = []
-    for name, fn in (("naive (B, R, V) float32 logits", lambda: naive_response_log_probs(model, ids, mask, pos, r)),
-                     ("chunked head (verl)", lambda: response_log_probs(model, ids, mask, pos, r,
-                                                                        chunk_size=args.chunk))):
+    variants = [("naive (B, R, V) float32 logits", lambda: naive_response_log_probs(model, ids, mask, pos, r))]
+    for chunk in sorted({args.chunk, max(1, args.chunk // 4)}, reverse=True):
+        variants.append((f"chunked head, {chunk}-token chunks",
+                         lambda c=chunk: response_log_probs(model, ids, mask, pos, r, chunk_size=c)))
+    for name, fn in variants:
         row = dict(config=name, tokens=b * r)
         try:
             model.zero_grad(set_to_none=True)
@@ -131,7 +133,7 @@ def logits_memory(args, device) -> list[dict]:
     logits_gib = b * r * model.config.vocab_size * 4 / 2 ** 30
     for row in rows:
         row["fp32_logits_gib"] = round(logits_gib, 2)
-    del model
+    model = None
     common.free_memory(device)
     return rows
 
@@ -219,7 +221,8 @@ def run(args):
         common.write_results(args.out, "memory_logits", info, lrows,
                              ["config", "tokens", "peak_gib", "extra_gib", "fp32_logits_gib", "fwd_bwd_s", "error"],
                              notes=f"{args.arch}, {b} sequences x ({p} prompt + {r} response) tokens, forward + "
-                                   f"backward of response log-probs and entropy; chunk {args.chunk} tokens.")
+                                   f"backward of response log-probs and entropy (extra = peak minus the "
+                                   f"memory held before).")
     if args.ladder:
         lad = ladder(args, deadline, lambda done: _report_ladder(args, info, done, quiet=True))
         _report_ladder(args, info, lad)

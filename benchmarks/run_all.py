@@ -7,7 +7,7 @@ Stages, most important first, each in its own process with its share of the budg
 stage that runs out keeps what it measured; later stages still run):
 
     actor     actor update tokens/s and MFU: padded, packed, packed + torch.compile (qwen2-1.5b)
-    e2e       GRPO step throughput, verl vs TRL's GRPOTrainer (smollm2-135m architecture)
+    e2e       GRPO step throughput, verl vs TRL's GRPOTrainer (smollm2-135m architecture, HF generate)
     ladder    largest model one GPU trains: LoRA (7B first), full fine-tuning
     memory    peak memory per configuration, chunked vs naive logits
 
@@ -35,11 +35,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (name, share of the budget, script, GPU args, CPU --tiny args)
 STAGES = [
-    ("actor", 0.28, "actor_update.py", ["--arch", "qwen2-1.5b", "--variants", "padded", "packed", "packed+compile",
+    ("actor", 0.32, "actor_update.py", ["--arch", "qwen2-1.5b", "--variants", "padded", "padded+budget", "packed", "packed+compile",
                                         "--repeats", "2"], ["--tiny", "--variants", "padded", "packed"]),
-    ("e2e", 0.36, "e2e_grpo.py", ["--systems", "verl-hf-static", "trl", "verl-hf", "trl-static",
-                                  "--max-new-tokens", "128", "--steps", "2", "--timeout", "90"], ["--tiny"]),
-    ("ladder", 0.22, "memory.py", ["--ladder", "--no-configs", "--no-logits", "--probe-timeout", "90"],
+    ("e2e", 0.30, "e2e_grpo.py", ["--systems", "verl-hf", "trl", "--max-new-tokens", "128", "--steps", "3",
+                                  "--timeout", "100"], ["--tiny"]),
+    ("ladder", 0.24, "memory.py", ["--ladder", "--no-configs", "--no-logits", "--probe-timeout", "90"],
      ["--tiny", "--ladder", "--no-configs", "--no-logits"]),
     ("memory", 0.14, "memory.py", ["--configs", "full, packed, grad-ckpt", "full, packed, grad-ckpt, offload-optimizer",
                                    "lora r16, packed, grad-ckpt", "full + reference", "full + reference, offload-idle",
