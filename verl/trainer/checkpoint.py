@@ -176,18 +176,14 @@ def is_peft_model(model) -> bool:
     return isinstance(model, PeftModel)
 
 
-def save_hf_model(model, tokenizer, path: str) -> str:
-    """safetensors weights + config + tokenizer: loadable by AutoModelForCausalLM and vLLM.
-
-    A PeftModel is merged into its base first (on a copy; the training model keeps its
-    adapters), so the folder is a plain model. Files are written into a temporary folder
-    next to `path` and moved in one by one with an atomic rename each.
-    """
+def _save_folder_atomically(model, tokenizer, path: str, merge_lora: bool) -> str:
+    """save_pretrained into a temporary folder next to `path`, fsync, then move each file
+    in with an atomic rename (a crash never leaves a half-written file under its name)."""
     os.makedirs(path, exist_ok=True)
     tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _save_pretrained(model, tokenizer, tmp, merge_lora=True)
+        _save_pretrained(model, tokenizer, tmp, merge_lora=merge_lora)
         _fsync_tree(tmp)
         for rel in _files_under(tmp):
             os.makedirs(os.path.dirname(os.path.join(path, rel)), exist_ok=True)
@@ -196,6 +192,16 @@ def save_hf_model(model, tokenizer, path: str) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def save_hf_model(model, tokenizer, path: str) -> str:
+    """safetensors weights + config + tokenizer: loadable by AutoModelForCausalLM and vLLM.
+
+    A PeftModel is merged into its base first (on a copy; the training model keeps its
+    adapters), so the folder is a plain model. Files are written into a temporary folder
+    next to `path` and moved in one by one with an atomic rename each.
+    """
+    return _save_folder_atomically(model, tokenizer, path, merge_lora=True)
 
 
 def save_lora_adapters(model, tokenizer, path: str) -> str:
@@ -204,19 +210,7 @@ def save_lora_adapters(model, tokenizer, path: str) -> str:
     if not is_peft_model(model):
         raise CheckpointError("checkpoint.save_mode: 'lora' saves LoRA adapters, but the actor is not a LoRA "
                               "(peft) model; set model.lora.rank > 0 or use --save_actor_only")
-    os.makedirs(path, exist_ok=True)
-    tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _save_pretrained(model, tokenizer, tmp, merge_lora=False)
-        _fsync_tree(tmp)
-        for rel in _files_under(tmp):
-            os.makedirs(os.path.dirname(os.path.join(path, rel)), exist_ok=True)
-            os.replace(os.path.join(tmp, rel), os.path.join(path, rel))
-        fsync_path(path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return _save_folder_atomically(model, tokenizer, path, merge_lora=False)
 
 
 def _save_pretrained(model, tokenizer, path: str, merge_lora: bool) -> None:

@@ -122,7 +122,7 @@ class Trainer:
         """Run the remaining steps to `training.total_steps` with a progress bar."""
         metrics = {}
         self.hooks.before_training()
-        while self.global_step < self.config.training.total_steps and not getattr(self.hooks, "finished", False):
+        while self.global_step < self.config.training.total_steps and not self.hooks.finished:
             metrics = self.step()  # stops early when training.max_minutes is spent
         return metrics
 
