@@ -117,6 +117,8 @@ def run(args) -> list[dict]:
             if peak:
                 row["mfu"] = round(flops / upd_s / peak, 3)
                 row["fwd_mfu"] = round(fwd_flops / fwd_s / peak, 3)
+            if args.profile:
+                profile_update(actor, batch, device, os.path.join(args.out or ".", f"profile_{name}.txt"))
         except Exception as exc:  # one variant failing (e.g. out of memory) must not lose the others
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         actor = None
@@ -126,6 +128,22 @@ def run(args) -> list[dict]:
         _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=True)
     _report(args, info, rows, n_params, n_tokens, flops, peak, dtype)
     return rows
+
+
+def profile_update(actor, batch, device, path: str, top: int = 40) -> None:
+    """One more update under torch.profiler: the `top` kernels/ops by device (else CPU) time,
+    to see where an update's time goes (GEMMs, attention, elementwise, optimizer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        actor.update(batch)
+        common.sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=90))
+    print(f"profile -> {path}")
 
 
 def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=False):
@@ -162,6 +180,7 @@ def parse(argv=None):
     ap.add_argument("--repeats", type=int, default=2, help="timed updates after one warm-up")
     ap.add_argument("--variants", nargs="+", default=["padded", "padded+budget", "packed"], choices=list(VARIANTS))
     ap.add_argument("--out", default=None, help="directory for actor_update.json / .md")
+    ap.add_argument("--profile", action="store_true", help="also write profile_<variant>.txt (top kernels) to --out")
     args = ap.parse_args(argv)
     if args.tiny:
         args.arch, args.batch, args.prompt_len, args.response_len = "tiny-qwen2", 16, [8, 32], [4, 192]

@@ -49,7 +49,9 @@ def test_unknown_section_suggestion():
     ({"reward_fn": {"type": "python"}}, "reward_fn.function"),
     ({"reward_fn": {"type": "huggingface_rm"}}, "reward_fn.model_name"),
     ({"model": {"use_flash_attention": "maybe"}}, "model.use_flash_attention"),
-    ({"critic": {"share_actor": True}}, "critic.share_actor"),
+    ({"critic": {"share_actor": True, "name": "some/critic"}}, "critic.share_actor"),
+    ({"critic": {"share_actor": True}, "distributed": {"backend": "ray"}}, "critic.share_actor"),
+    ({"critic": {"share_actor": True, "vf_coef": 0}}, "critic.vf_coef"),
 ])
 def test_bad_values_name_the_key(data, key):
     with pytest.raises(ConfigError) as exc:

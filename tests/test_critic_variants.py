@@ -82,3 +82,129 @@ def test_ppo_steps_with_critic_variant(tmp_path, tiny_qwen2, variant):
         assert math.isfinite(m["vf_loss"]) and math.isfinite(m["critic/explained_var"])
     changed = [n for n, p in trainer.critic.model.named_parameters() if not torch.equal(before[n], p.detach())]
     assert "value_head.weight" in changed and len(changed) > len(before) // 2
+
+
+# ---------------------------------------------------------------------------
+# critic.share_actor: a value head on the actor's trunk
+# ---------------------------------------------------------------------------
+
+
+def _shared_trainer(tmp_path, tag="shared", **extra):
+    over = {"model.name": "tiny:qwen2", "critic.share_actor": "true", "checkpoint.save_dir": str(tmp_path / tag)}
+    over.update(extra)
+    return create_trainer(load_config(None, small_overrides(tmp_path, **over)))
+
+
+def _experience(trainer):
+    """One step's batch up to the advantages, as Trainer.step builds it."""
+    from verl.trainer.experience import add_advantages
+
+    batch, _ = trainer.generate_experience(trainer.train_data.next_batch())
+    batch.old_log_probs, _ = trainer.actor.compute_log_probs(batch)
+    if trainer.reference is not None:
+        batch.ref_log_probs = trainer.reference.compute_log_probs(batch)
+    batch.values = trainer.critic.compute_values(batch)
+    batch, _ = add_advantages(batch, trainer.config.algorithm, trainer.kl_ctrl.value)
+    return batch
+
+
+def test_shared_critic_ppo_steps(tmp_path, tiny_qwen2):
+    from verl.workers.shared_critic import SharedCritic
+
+    trainer = _shared_trainer(tmp_path)
+    assert isinstance(trainer.critic, SharedCritic)
+    hidden = trainer.actor.model.config.hidden_size
+    # No second backbone: the critic's own parameters are the head's H weights and 1 bias.
+    assert sum(p.numel() for p in trainer.critic.model.parameters()) == hidden + 1
+    head_before = {n: p.detach().clone() for n, p in trainer.critic.model.named_parameters()}
+    actor_before = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    for _ in range(2):
+        m = trainer.step()
+        for key in ("vf_loss", "critic/explained_var", "critic/grad_norm", "critic/vpred_mean", "pg_loss"):
+            assert math.isfinite(m[key]), key
+        assert m["vf_loss"] > 0 and m["critic/nonfinite_updates"] == 0
+    assert all(not torch.equal(head_before[n], p) for n, p in trainer.critic.model.named_parameters())
+    changed = [n for n, p in trainer.actor.model.named_parameters() if not torch.equal(actor_before[n], p)]
+    assert len(changed) == len(actor_before)
+    # The saved actor is a plain causal LM: the value head is not part of it.
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "shared" / "model.safetensors"), "pt") as f:
+        assert not any("value" in k for k in f.keys())
+
+
+def test_shared_values_are_the_head_on_the_lm_head_inputs(tmp_path, tiny_qwen2):
+    """V(s_t) = w . h_t + b with h_t the trunk's last hidden state at the position that
+    predicts response token t: for a row of width T with R response columns, positions
+    T-R-1 .. T-2. Padded and packed forwards agree."""
+    trainer = _shared_trainer(tmp_path)
+    batch = _experience(trainer)
+    values = trainer.critic.compute_values(batch)
+    model, head = trainer.actor.model, trainer.critic.model
+    t, r = batch.input_ids.shape[1], batch.response_length
+    with torch.no_grad():
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=batch.position_ids, output_hidden_states=True)
+        hidden = out.hidden_states[-1][:, t - r - 1:t - 1]  # (B, R, H)
+        manual = head(hidden).squeeze(-1) * batch.response_mask
+    assert torch.allclose(values, manual, atol=1e-5)
+    trainer.actor.packed = True
+    from verl.workers.packing import causal_lm_trunk, prepare_packing
+
+    trainer.actor.packing_mode = prepare_packing(causal_lm_trunk(model))
+    assert torch.allclose(trainer.critic.compute_values(batch), values, atol=1e-5)
+
+
+def test_shared_loss_is_policy_plus_vf_coef_times_value(tmp_path, monkeypatch, tiny_qwen2):
+    """One combined backward: grad(L_pg + c * L_vf) = grad(L_pg) + c * grad(L_vf). With the
+    head attached at c = 0.5 and c = 1.0 and detached (policy loss only), the trunk's
+    gradients satisfy g(0.5) - g_pg = 0.5 * (g(1.0) - g_pg), and g(1) != g_pg (the value
+    loss reaches the trunk)."""
+    trainer = _shared_trainer(tmp_path)
+    batch = _experience(trainer)
+    actor = trainer.actor
+    counts = dict(num_tokens=float(batch.response_mask.sum()), num_seqs=len(batch),
+                  max_response_len=trainer.config.rollout.max_new_tokens)
+
+    def trunk_grads(vf_coef, attached=True):
+        actor.model.zero_grad(set_to_none=True)
+        trainer.critic.model.zero_grad(set_to_none=True)
+        trainer.config.critic.vf_coef = vf_coef
+        actor.value_critic = trainer.critic if attached else None
+        actor._micro_step(batch, counts)
+        return [p.grad.clone() for p in actor.model.parameters() if p.grad is not None]
+
+    g_pg, g_half, g_one = trunk_grads(0.0, attached=False), trunk_grads(0.5), trunk_grads(1.0)
+    assert len(g_pg) == len(g_half) == len(g_one) > 0
+    for a, b, c in zip(g_pg, g_half, g_one):
+        assert torch.allclose(b - a, 0.5 * (c - a), atol=1e-6, rtol=1e-4)
+    assert any(not torch.allclose(a, c) for a, c in zip(g_pg, g_one))
+
+
+def test_shared_critic_warmup_trains_only_the_head(tmp_path, tiny_qwen2):
+    """critic_warmup = 1: step 1 changes the head but not one actor weight (the trunk is the
+    policy's); step 2 trains both."""
+    trainer = _shared_trainer(tmp_path, **{"algorithm.critic_warmup": 1})
+    actor_before = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    head_before = trainer.critic.model.weight.detach().clone()
+    m = trainer.step()
+    assert all(torch.equal(actor_before[n], p) for n, p in trainer.actor.model.named_parameters())
+    assert not torch.equal(head_before, trainer.critic.model.weight) and math.isfinite(m["vf_loss"])
+    assert "pg_loss" not in m or m["pg_loss"] == 0
+    trainer.step()
+    assert not all(torch.equal(actor_before[n], p) for n, p in trainer.actor.model.named_parameters())
+    assert trainer.critic.steps_taken == 2
+
+
+def test_shared_critic_resume_equals_uninterrupted(tmp_path, tiny_qwen2):
+    """2 steps straight == 1 step, full checkpoint, new trainer resumes, 1 step: actor, head."""
+    extra = {"training.total_steps": 2, "checkpoint.save_full_every": 1, "checkpoint.keep_last": 3}
+    a = _shared_trainer(tmp_path, "a", **extra)
+    a.train()
+    ckpt = str(tmp_path / "a" / "checkpoints" / "step_000001")
+    b = _shared_trainer(tmp_path, "b", **extra, **{"checkpoint.resume": ckpt})
+    assert b.global_step == 1 and b.critic.steps_taken == 1
+    b.train()
+    for (n, pa), pb in zip(a.actor.model.named_parameters(), b.actor.model.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6, rtol=0), n
+    assert torch.allclose(a.critic.model.weight, b.critic.model.weight, atol=1e-6, rtol=0)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import small_overrides
+from conftest import capture_first_grads, small_overrides
 from verl import create_trainer, load_config
 from verl.workers.logprobs import response_log_probs
 from verl.workers.micro_batches import make_micro_batches
@@ -107,21 +107,7 @@ def test_token_budget_bounds_packed_row_and_padded_block():
 
 
 def _grads_after_one_step(tmp_path, monkeypatch, tag, extra):
-    import verl.workers.actor as actor_mod
-    import verl.workers.critic as critic_mod
-    from verl.workers.optim import guarded_step
-
-    captured = {}
-
-    def capture(role):
-        def step(optimizer, params, grad_clip):
-            params = list(params)
-            captured.setdefault(role, [p.grad.detach().clone() for p in params if p.grad is not None])
-            return guarded_step(optimizer, params, grad_clip)
-        return step
-
-    monkeypatch.setattr(actor_mod, "guarded_step", capture("actor"))
-    monkeypatch.setattr(critic_mod, "guarded_step", capture("critic"))
+    captured = capture_first_grads(monkeypatch)
     over = {"training.batch_size": 4, "training.micro_batch_size": 2, "training.total_steps": 1,
             "rollout.max_new_tokens": 12, "checkpoint.save_dir": str(tmp_path / tag), "algorithm.name": "ppo",
             "algorithm.use_kl_loss": "true", "algorithm.kl_loss_coef": 0.1, "algorithm.entropy_coeff": 0.01}
@@ -131,12 +117,14 @@ def _grads_after_one_step(tmp_path, monkeypatch, tag, extra):
     return captured, metrics
 
 
-def test_trainer_step_packed_equals_padded(tmp_path, monkeypatch, tiny_gpt2):
+@pytest.mark.parametrize("critic", [{}, {"critic.share_actor": "true"}], ids=["own_critic", "shared_critic"])
+def test_trainer_step_packed_equals_padded(tmp_path, monkeypatch, tiny_gpt2, critic):
     """Actor, reference and critic all packed (PPO with a critic, KL loss, entropy bonus):
     the same gradients and metrics as the padded step, also with a token budget."""
-    pad, m_pad = _grads_after_one_step(tmp_path, monkeypatch, "pad", {})
+    pad, m_pad = _grads_after_one_step(tmp_path, monkeypatch, "pad", dict(critic))
     pk, m_pk = _grads_after_one_step(tmp_path, monkeypatch, "pk", {"training.use_packed_samples": "true",
-                                                                  "training.max_tokens_per_micro_batch": 30})
+                                                                  "training.max_tokens_per_micro_batch": 30,
+                                                                  **critic})
     for key in ("reward", "kl", "vf_loss", "actor/entropy"):
         assert math.isclose(m_pad[key], m_pk[key], rel_tol=1e-4, abs_tol=1e-6), key
     for role in ("actor", "critic"):

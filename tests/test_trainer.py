@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import small_overrides
+from conftest import capture_first_grads, small_overrides
 from verl import create_trainer, load_config
 
 
@@ -53,24 +53,8 @@ def test_short_run_updates_every_parameter(tmp_path, arch, algo, request):
 
 
 def _one_step_grads(tmp_path, monkeypatch, micro, tag, extra=None):
-    """Run one step and return the accumulated actor and critic gradients of its first
-    optimizer step (compared before Adam, whose first step ~ lr * sign(g) would blow
-    float rounding in near-zero gradients up to lr-sized differences)."""
-    import verl.workers.actor as actor_mod
-    import verl.workers.critic as critic_mod
-    from verl.workers.optim import guarded_step
-
-    captured = {}
-
-    def capture(role):
-        def step(optimizer, params, grad_clip):
-            params = list(params)
-            captured.setdefault(role, [p.grad.detach().clone() for p in params if p.grad is not None])
-            return guarded_step(optimizer, params, grad_clip)
-        return step
-
-    monkeypatch.setattr(actor_mod, "guarded_step", capture("actor"))
-    monkeypatch.setattr(critic_mod, "guarded_step", capture("critic"))
+    """The actor's and critic's gradients of one step's first optimizer step."""
+    captured = capture_first_grads(monkeypatch)
     over = {"training.batch_size": 8, "training.micro_batch_size": micro, "training.total_steps": 1,
             "checkpoint.save_dir": str(tmp_path / tag)}
     over.update(extra or {})
@@ -86,7 +70,8 @@ def _assert_same_grads(a, b):
             assert torch.allclose(ga, gb, atol=1e-7, rtol=1e-4), (role, i, (ga - gb).abs().max())
 
 
-@pytest.mark.parametrize("extra", [{}, {"algorithm.loss_agg_mode": "seq-mean-token-mean"}])
+@pytest.mark.parametrize("extra", [{}, {"algorithm.loss_agg_mode": "seq-mean-token-mean"},
+                                   {"critic.share_actor": "true"}])
 def test_micro_batch_1x8_equals_8x1(tmp_path, monkeypatch, tiny_gpt2, extra):
     """Gradient accumulation over 8 micro-batches of 1 == one micro-batch of 8."""
     _assert_same_grads(_one_step_grads(tmp_path, monkeypatch, 1, "m1", extra),

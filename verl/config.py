@@ -189,7 +189,8 @@ class RewardFnConfig:
 class CriticConfig:
     type: str = "huggingface"
     name: Optional[str] = None  # None -> the actor's model
-    share_actor: bool = False  # value head on the actor's trunk (not implemented yet: an error)
+    share_actor: bool = False  # value head on the actor's trunk, trained by one combined loss
+    vf_coef: float = 0.5  # share_actor: L = L_policy + vf_coef * L_value
     dtype: Optional[str] = None  # None -> model.dtype
     trust_remote_code: bool = False
 

@@ -79,8 +79,13 @@ def finalize_config(cfg: Config) -> Config:
         _choice(cfg.critic.dtype, DTYPES, "critic.dtype")
     _choice(cfg.critic.type, ("huggingface",), "critic.type")
     if cfg.critic.share_actor:
-        raise ConfigError("critic.share_actor: a value head on the actor's trunk is not implemented yet; "
-                          "use a separate critic (critic.name, default: a copy of the actor's model)")
+        if cfg.critic.name:
+            raise ConfigError(f"critic.share_actor: a value head on the actor's trunk has no backbone of its own; "
+                              f"drop critic.name ('{cfg.critic.name}') or set critic.share_actor: false")
+        if cfg.distributed.backend == "ray":
+            raise ConfigError("critic.share_actor: not supported with distributed.backend: ray; "
+                              "use a separate critic there (critic.share_actor: false)")
+        _positive(cfg.critic.vf_coef, "critic.vf_coef")
     _at_least(m.lora.rank, 0, "model.lora.rank")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
     _choice(a.name, tuple(PRESETS), "algorithm.name")

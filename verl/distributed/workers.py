@@ -99,8 +99,8 @@ class ShardedActor(Actor):
         return dispatch.rank_share(mini, self.rank, self.world_size, t.micro_batch_size,
                                    t.max_tokens_per_micro_batch, t.use_packed_samples)
 
-    def _forward(self, mb: Batch, with_entropy: bool):
-        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy)
+    def _forward(self, mb: Batch, with_entropy: bool, **kwargs):
+        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy, **kwargs)
 
 
 class ShardedCritic(Critic):

@@ -79,7 +79,7 @@ def scrub_config(config_dict: dict) -> dict:
 
 def _generators(trainer) -> dict:
     gens = {"actor": trainer.actor.generator}
-    if trainer.critic is not None:
+    if trainer.critic is not None and trainer.critic.generator is not None:  # a shared critic has none
         gens["critic"] = trainer.critic.generator
     return gens
 

@@ -42,9 +42,14 @@ def build_rollout(config: Config, actor: Actor, tokenizer):
     return HFRollout(actor.model, tokenizer, config.rollout, autocast_dtype=None if dtype == torch.float32 else dtype)
 
 
-def build_critic(config: Config, device, actor_tokenizer):
-    """A value model on its own backbone; one with a different tokenizer works on text."""
+def build_critic(config: Config, device, actor: Actor, actor_tokenizer):
+    """A value model on its own backbone (one with a different tokenizer works on text), or a
+    value head on the actor's trunk (`critic.share_actor`)."""
     c = config.critic
+    if c.share_actor:
+        from verl.workers.shared_critic import SharedCritic
+
+        return SharedCritic(config, actor)
     if c.name:
         critic_tok = load_tokenizer(c.name, "critic.name", c.trust_remote_code)
         if critic_tok.get_vocab() != actor_tokenizer.get_vocab():
@@ -80,7 +85,7 @@ class Trainer:
         else:
             self.actor = Actor(cfg, self.device)
             self.reference = Reference(cfg, self.device, self.actor.model) if (a.use_kl_in_reward or a.use_kl_loss) else None
-            self.critic = build_critic(cfg, self.device, self.tokenizer) if a.adv_estimator == "gae" else None
+            self.critic = build_critic(cfg, self.device, self.actor, self.tokenizer) if a.adv_estimator == "gae" else None
         self.rollout = (self.distributed and self.distributed.rollout) or build_rollout(cfg, self.actor, self.tokenizer)
         self.kl_ctrl = build_kl_controller(a)
         self.sampling = SamplingParams.from_config(cfg.rollout)

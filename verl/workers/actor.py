@@ -24,11 +24,12 @@ from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, lora_enabled
 from verl.workers.compile import CompiledLayers
-from verl.workers.logprobs import response_log_probs
+from verl.algorithms.value_loss import compute_value_loss, explained_variance
+from verl.workers.logprobs import head_log_probs, lm_head, response_hidden
 from verl.workers.offload import OptimizerOffload
 from verl.workers.packing import causal_lm_trunk, pack_batch, prepare_packing
 from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
-from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_step
+from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_joint_step
 
 
 class Actor:
@@ -54,24 +55,41 @@ class Actor:
         self.scheduler = build_scheduler(self.optimizer, t)
         self.temperature = config.rollout.temperature or 1.0
         self.generator = torch.Generator().manual_seed(config.seed)  # mini-batch shuffling
+        self.value_critic = None  # a SharedCritic when critic.share_actor (value head on this trunk)
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def attach_value_head(self, shared_critic) -> None:
+        """`critic.share_actor`: a value head on this trunk (`verl.workers.shared_critic`); from
+        now on the update minimises the combined loss and `compute_values` works."""
+        self.value_critic = shared_critic
+
     # ------------------------------------------------------------------ forward
-    def _forward(self, mb: Batch, with_entropy: bool):
+    def _forward(self, mb: Batch, with_entropy: bool, with_logp: bool = True, values: str | None = None):
+        """One trunk pass over a micro-batch -> (mb on the device, log-probs, entropy, values),
+        each (B, R) or None. `values`: None (no value head), "train" (the value loss reaches the
+        trunk), "head" (hidden states detached: only the head learns)."""
         mb = trim_padding(mb)
         # Packing and copies happen on the CPU side without waiting for the GPU.
         packed = pack_batch(mb.input_ids, mb.attention_mask, mb.response_length).to(self.device) if self.packed \
             else False
         mb = batch_to_device(mb, self.device)
+        logp = ent = v = None
+        trunk_grad = torch.enable_grad() if with_logp or values == "train" else torch.no_grad()
         with autocast_context(self.device, self.compute_dtype), self.compiled.active():
-            logp, ent = response_log_probs(
-                self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
-                temperature=self.temperature, chunk_size=self.config.training.logprob_chunk_size,
-                with_entropy=with_entropy, packed=packed, packing_mode=self.packing_mode,
-                fused=self.config.model.torch_compile)
-        return mb, logp, ent
+            with trunk_grad:
+                rh = response_hidden(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
+                                     packed=packed, packing_mode=self.packing_mode)
+            if with_logp:
+                lp, e = head_log_probs(rh.hidden, lm_head(self.model), rh.targets, self.temperature,
+                                       self.config.training.logprob_chunk_size, with_entropy,
+                                       fused=self.config.model.torch_compile)
+                logp, ent = rh.unpack(lp), rh.unpack(e)
+            if values is not None:
+                hidden = rh.hidden.detach() if values == "head" else rh.hidden
+                v = rh.unpack(self.value_critic.model(hidden).squeeze(-1).float())
+        return mb, logp, ent, v
 
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,23 +97,41 @@ class Actor:
         t = self.config.training
         logps, ents = [], []
         for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch, self.packed):
-            _, lp, ent = self._forward(mb, with_entropy=True)
+            _, lp, ent, _ = self._forward(mb, with_entropy=True)
             logps.append(pad_response_columns(lp.float(), batch.response_length))
             ents.append(pad_response_columns(ent.float(), batch.response_length))
         # One device->host copy at the end: no sync between micro-batches; row order kept.
         return torch.cat(logps).cpu(), torch.cat(ents).cpu()
 
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Values (B, R) from the attached value head (`critic.share_actor`), zero on masked
+        positions; the trunk runs without the LM head."""
+        t = self.config.training
+        out = []
+        for mb in make_micro_batches(batch, t.micro_batch_size, t.max_tokens_per_micro_batch, self.packed):
+            mb, _, _, v = self._forward(mb, with_entropy=False, with_logp=False, values="head")
+            out.append(pad_response_columns(v * mb.response_mask, batch.response_length))
+        return torch.cat(out).cpu()
+
     # ------------------------------------------------------------------- update
-    def update(self, batch: Batch) -> dict:
+    def update(self, batch: Batch, train_policy: bool = True) -> dict:
         """PPO-style update: `num_epochs` passes, shuffled mini-batches, one optimizer step
         per mini-batch, gradients accumulated over micro-batches.
 
         Loss per mini-batch:  L = L_pg - entropy_coeff * H + kl_loss_coef * KL(pi || pi_ref)
         with every term aggregated by `loss_agg_mode` over the mini-batch's global counts.
+        With a shared value head (`critic.share_actor`) the loss gains + vf_coef * L_value and
+        the head's optimizer steps with the actor's; `train_policy=False` (critic warm-up)
+        trains the head alone.
         """
         t, r = self.config.training, self.config.rollout
+        vc = self.value_critic
+        if not train_policy and vc is None:
+            raise ValueError("Actor.update(train_policy=False) needs a shared value head")
         self.model.train()
-        self.optimizer_offload.load()
+        if train_policy:
+            self.optimizer_offload.load()
         sums: dict = defaultdict(float)  # per-micro-batch metrics stay on the device until the end
         n_updates, n_bad = 0, 0
         for _ in range(t.num_epochs):
@@ -106,18 +142,28 @@ class Actor:
                 for mb in make_micro_batches(self.rank_share(mini), t.micro_batch_size,
                                              t.max_tokens_per_micro_batch, self.packed):
                     weight = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)
-                    for k, v in self._micro_step(mb, counts).items():
+                    for k, v in self._micro_step(mb, counts, train_policy).items():
                         sums[k] += v * weight
-                grad_norm, ok = guarded_step(self.optimizer, self.trainable_parameters(), t.grad_clip)
+                pairs = {"actor": (self.optimizer, self.trainable_parameters())} if train_policy else {}
+                if vc is not None:
+                    pairs["critic"] = (vc.optimizer, list(vc.model.parameters()))
+                norms, ok = guarded_joint_step(list(pairs.values()), t.grad_clip)
                 n_updates += 1
                 n_bad += not ok
-                sums["actor/grad_norm"] += grad_norm if ok else 0.0
-        self.scheduler.step()
-        self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
+                for name, norm in zip(pairs, norms):
+                    sums[f"{name}/grad_norm"] += norm if ok else 0.0
         metrics = {k: float(v) / n_updates for k, v in sums.items()}
-        metrics["actor/grad_norm"] = sums["actor/grad_norm"] / max(1, n_updates - n_bad)
-        metrics["actor/nonfinite_updates"] = float(n_bad)
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        for name in ("actor",) * train_policy + ("critic",) * (vc is not None):
+            metrics[f"{name}/grad_norm"] = sums[f"{name}/grad_norm"] / max(1, n_updates - n_bad)
+            metrics[f"{name}/nonfinite_updates"] = float(n_bad)
+        if train_policy:
+            self.scheduler.step()
+            self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
+            metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        if vc is not None:
+            vc.scheduler.step()
+            metrics["critic/explained_var"] = float(explained_variance(batch.values, batch.returns,
+                                                                       batch.response_mask))
         return metrics
 
     def rank_share(self, mini: Batch) -> Batch:
@@ -126,13 +172,36 @@ class Actor:
         above stay those of the whole mini-batch, so the ranks' gradients sum to this one."""
         return mini
 
-    def _micro_step(self, mb: Batch, counts: dict) -> dict:
+    def _micro_step(self, mb: Batch, counts: dict, train_policy: bool = True) -> dict:
         """Forward + backward of one micro-batch; metrics as detached 0-dim tensors (read once
         per update, so the host never waits for the GPU between micro-batches)."""
         a = self.config.algorithm
+        vc = self.value_critic
         share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)  # host-side mask
         # Entropy costs a pass over each chunk's logits: only when it is in the loss.
-        mb, logp, ent = self._forward(mb, with_entropy=a.entropy_coeff > 0)
+        mb, logp, ent, values = self._forward(
+            mb, with_entropy=train_policy and a.entropy_coeff > 0, with_logp=train_policy,
+            values=None if vc is None else ("train" if train_policy else "head"))
+        loss, sums, means = 0.0, {}, {}  # sums: contributions to mini-batch totals; means: per micro-batch
+        if train_policy:
+            loss, sums, means = self._policy_loss(mb, logp, ent, counts)
+        if vc is not None:
+            vf_loss, vf_metrics = compute_value_loss(values, mb.values, mb.returns, mb.response_mask,
+                                                     a.cliprange_value, loss_agg_mode="token-mean", **counts)
+            loss = loss + self.config.critic.vf_coef * vf_loss
+            sums["critic/vf_loss"] = vf_loss.detach()
+            means.update({f"critic/{k}": v for k, v in vf_metrics.items()})
+        loss.backward()
+        # Contributions become per-micro-batch values (the caller weights by token share).
+        out = {k: v / max(share, 1e-12) for k, v in sums.items()}
+        for k, v in means.items():
+            out[k] = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+        return out
+
+    def _policy_loss(self, mb: Batch, logp, ent, counts: dict) -> tuple[torch.Tensor, dict, dict]:
+        """L_pg - entropy_coeff * H + kl_loss_coef * KL of one micro-batch -> (loss,
+        {metric: contribution to the mini-batch total}, {metric: micro-batch mean})."""
+        a = self.config.algorithm
         mask = mb.response_mask
         is_weights = None
         if self.config.rollout.tis_cap > 0 and mb.rollout_log_probs is not None:
@@ -143,21 +212,14 @@ class Actor:
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, is_weights=is_weights, **counts)
         loss = pg_loss
-        metrics = {"actor/pg_loss": pg_loss.detach()}
+        sums = {"actor/pg_loss": pg_loss.detach()}
         if a.entropy_coeff > 0:
             ent_term = aggregate_loss(ent, mask, a.loss_agg_mode, **counts)
             loss = loss - a.entropy_coeff * ent_term
-            metrics["actor/entropy_loss"] = ent_term.detach()
+            sums["actor/entropy_loss"] = ent_term.detach()
         if a.use_kl_loss:
             kl = kl_penalty(logp, mb.ref_log_probs, a.kl_estimator)
             kl_term = aggregate_loss(kl, mask, a.loss_agg_mode, **counts)
             loss = loss + a.kl_loss_coef * kl_term
-            metrics["actor/kl_loss"] = kl_term.detach()
-        loss.backward()
-        # pg_loss and friends are contributions to the mini-batch sum; rescale the
-        # per-micro-batch means (clip fractions) by token share in the caller.
-        out = {k: v / max(share, 1e-12) for k, v in metrics.items()}
-        for k, v in pg_metrics.items():
-            out[f"actor/{k}"] = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
-        return out
-
+            sums["actor/kl_loss"] = kl_term.detach()
+        return loss, sums, {f"actor/{k}": v for k, v in pg_metrics.items()}

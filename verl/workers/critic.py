@@ -23,17 +23,22 @@ from verl.workers.packing import pack_batch, packed_forward, prepare_packing
 from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_step
 
 
+def new_value_head(hidden_size: int) -> torch.nn.Linear:
+    """V = w . h + b, float32. Small init: early values near 0 keep the first advantages close
+    to the (normalised) rewards instead of noise from a random projection."""
+    head = torch.nn.Linear(hidden_size, 1)
+    torch.nn.init.normal_(head.weight, std=1.0 / (hidden_size + 1))
+    torch.nn.init.zeros_(head.bias)
+    return head
+
+
 class ValueModel(torch.nn.Module):
     """A transformer trunk plus a scalar head: hidden (B, T, H) -> values (B, T)."""
 
     def __init__(self, trunk: torch.nn.Module, hidden_size: int):
         super().__init__()
         self.trunk = trunk
-        self.value_head = torch.nn.Linear(hidden_size, 1)
-        # Small init: early values near 0 keep the first advantages close to the
-        # (normalised) rewards instead of noise from a random projection.
-        torch.nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1))
-        torch.nn.init.zeros_(self.value_head.bias)
+        self.value_head = new_value_head(hidden_size)
 
     def forward(self, input_ids, attention_mask, position_ids, **kwargs):
         out = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -15,7 +15,7 @@ With `packed=True` the micro-batch runs padding-free (`verl.workers.packing`).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -177,35 +177,57 @@ def lm_head(model: torch.nn.Module) -> torch.nn.Module:
     return head
 
 
-def response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       position_ids: torch.Tensor, response_length: int, temperature: float = 1.0,
-                       chunk_size: int = 1024, with_entropy: bool = True, packed=False,
-                       packing_mode: Optional[str] = None, fused: bool = False):
-    """log pi(y_t | x, y_<t) and the policy entropy at each response position.
+class ResponseHidden(NamedTuple):
+    """The trunk's last hidden states at the N positions that predict response tokens.
 
-    input_ids (B, T) with the response in the last R = response_length columns.
-    Padded: position P-1+t predicts response token t, so hidden[:, P-1 : T-1] meets the head.
-    Packed (`packed=True`, or a `PackedBatch` already built from these rows): only the real
-    tokens run (one row); padding positions come back as 0.
-    Returns (log_probs (B, R), entropy (B, R)), float32.
+    hidden (N, H): padded rows give N = B * R (padding included); packed rows only the real
+    tokens. targets (N,): the response token each position predicts. `unpack` turns any
+    per-position tensor (N,) back into (B, R), zeros at padding. The same positions serve
+    the LM head (log pi(y_t | s_t)) and a value head (V(s_t)), so one trunk pass feeds both.
     """
-    head = lm_head(model)
+
+    hidden: torch.Tensor
+    targets: torch.Tensor
+    unpack: Callable[[torch.Tensor], torch.Tensor]
+
+
+def response_hidden(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    position_ids: torch.Tensor, response_length: int, packed=False,
+                    packing_mode: Optional[str] = None) -> ResponseHidden:
+    """One trunk pass over (B, T) rows whose last R = response_length columns are the response.
+
+    Padded: position P-1+t predicts response token t, so hidden[:, T-R-1 : T-1] is kept.
+    Packed (`packed=True`, or a `PackedBatch` already built from these rows): only the real
+    tokens run, as one row (`verl.workers.packing`).
+    """
     if packed is not False and packed is not None:
         from verl.workers.packing import PackedBatch, causal_lm_trunk, pack_batch, packed_forward, prepare_packing
 
         trunk = causal_lm_trunk(model)
         mode = packing_mode or prepare_packing(trunk)
         pk = packed if isinstance(packed, PackedBatch) else pack_batch(input_ids, attention_mask, response_length)
-        hidden = packed_forward(trunk, pk, mode)[0]  # (N, H)
-        lp, ent = head_log_probs(hidden[pk.pred_index], head, pk.target_ids, temperature, chunk_size, with_entropy,
-                                 fused)
-        return pk.unpack(lp), pk.unpack(ent)
+        hidden = packed_forward(trunk, pk, mode)[0]  # (N_all, H)
+        return ResponseHidden(hidden[pk.pred_index], pk.target_ids, pk.unpack)
     b, t = input_ids.shape
     hidden = backbone_hidden(model, input_ids, attention_mask, position_ids)
     hidden = hidden[:, t - response_length - 1: t - 1].reshape(b * response_length, -1)
     targets = input_ids[:, t - response_length:].reshape(-1)
-    lp, ent = head_log_probs(hidden, head, targets, temperature, chunk_size, with_entropy, fused)
-    return lp.view(b, response_length), ent.view(b, response_length)
+    return ResponseHidden(hidden, targets, lambda x: x.view(b, response_length))
+
+
+def response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       position_ids: torch.Tensor, response_length: int, temperature: float = 1.0,
+                       chunk_size: int = 1024, with_entropy: bool = True, packed=False,
+                       packing_mode: Optional[str] = None, fused: bool = False):
+    """log pi(y_t | x, y_<t) and the policy entropy at each response position.
+
+    input_ids (B, T) with the response in the last R = response_length columns; padding
+    positions come back as 0 when packed. Returns (log_probs (B, R), entropy (B, R)), float32.
+    """
+    head = lm_head(model)
+    rh = response_hidden(model, input_ids, attention_mask, position_ids, response_length, packed, packing_mode)
+    lp, ent = head_log_probs(rh.hidden, head, rh.targets, temperature, chunk_size, with_entropy, fused)
+    return rh.unpack(lp), rh.unpack(ent)
 
 
 def naive_response_log_probs(model: torch.nn.Module, input_ids, attention_mask, position_ids, response_length: int,

@@ -45,15 +45,24 @@ def build_scheduler(optimizer, training_cfg) -> torch.optim.lr_scheduler.LambdaL
 def guarded_step(optimizer, params, grad_clip: float) -> tuple[float, bool]:
     """Clip gradients and step, unless the gradient norm is NaN/Inf: then the update is
     dropped (gradients zeroed) and reported, so one bad batch cannot poison the weights."""
-    params = [p for p in params if p.requires_grad]
+    norms, ok = guarded_joint_step([(optimizer, params)], grad_clip)
+    return norms[0], ok
+
+
+def guarded_joint_step(pairs, grad_clip: float) -> tuple[list[float], bool]:
+    """`guarded_step` for several (optimizer, params) pairs trained by one loss: each pair's
+    gradients are clipped on their own, and all step, or none does when any norm is NaN/Inf."""
     max_norm = grad_clip if grad_clip > 0 else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    norm = float(norm)
-    ok = math.isfinite(norm)
-    if ok:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm, ok
+    norms = []
+    for _, params in pairs:
+        params = [p for p in params if p.requires_grad]
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+    ok = all(math.isfinite(n) for n in norms)
+    for optimizer, _ in pairs:
+        if ok:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return norms, ok
 
 
 def autocast_context(device: torch.device, dtype: torch.dtype):
