@@ -117,8 +117,10 @@ def run(args) -> list[dict]:
             if peak:
                 row["mfu"] = round(flops / upd_s / peak, 3)
                 row["fwd_mfu"] = round(fwd_flops / fwd_s / peak, 3)
+            if device.type == "cuda":  # allocator retries free cached blocks: a device-wide sync each
+                row["alloc_retries"] = torch.cuda.memory_stats(device).get("num_alloc_retries", 0)
             if args.profile:
-                profile_update(actor, batch, device, os.path.join(args.out or ".", f"profile_{name}.txt"))
+                profile_update(actor, batch, device, os.path.join(args.out or ".", f"profile_{name.replace('+', '_')}.txt"))
         except Exception as exc:  # one variant failing (e.g. out of memory) must not lose the others
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         actor = None
@@ -152,7 +154,7 @@ def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=Fals
         if base and "update_s" in r:
             r["speedup_vs_padded"] = round(base["update_s"] / r["update_s"], 2)
     cols = ["variant", "packing_mode", "tokens", "update_s", "tokens_per_s", "speedup_vs_padded", "tflops", "mfu",
-            "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "warmup_s", "error"]
+            "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "alloc_retries", "warmup_s", "error"]
     pad_frac = 1 - n_tokens / (args.batch * (max(args.prompt_len) + max(args.response_len)))
     notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters), {args.batch} sequences, prompt lengths "
              f"{args.prompt_len[0]}-{args.prompt_len[1]}, response lengths {args.response_len[0]}-{args.response_len[1]} "

@@ -7,14 +7,20 @@ per step over all completions, bf16 autocast over float32 master weights (`--dty
 runs in its own process; the step time is the median over the timed steps after warm-up.
 
 Systems:
-    verl-hf          verl, rollout.name=hf (transformers generate with the actor's module)
-    verl-hf-static   the same, with generate's static KV cache (transformers compiles the decode step;
-                     fails under bf16 autocast over fp32 weights in transformers 5.17-5.19: the
-                     rotary-embedded keys come out float32, the values bf16, and the static cache
-                     takes one dtype)
+    verl-hf          verl, rollout.name=hf (transformers generate with the actor's module, bf16 autocast
+                     over its fp32 weights)
+    verl-hf-copy     verl, rollout.name=hf with rollout.hf_weight_copy: generate with an own bf16 copy of
+                     the actor, synced in place after every update (sync_s)
+    verl-hf-static   the copy plus rollout.cache_implementation=static (a fixed-length static KV cache;
+                     transformers compiles the decode step on CUDA). Without the copy a static cache
+                     fails under bf16 autocast over fp32 weights: the rotary-embedded keys come out
+                     float32, the values bf16, and the static cache takes one dtype
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
     trl              TRL GRPOTrainer, transformers generate (its default)
     trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
+    trl-bf16-static  TRL's fastest HF configuration: the model loaded in bf16 (GRPOConfig's
+                     model_init_kwargs={"dtype": "bfloat16"}; weights, gradients and AdamW states all
+                     bf16) with cache_implementation="static"
 
 tokens/s = (prompt + completion tokens of the step) / step seconds. Columns: rollout_s is
 generation (TRL: time inside the model's generate), update_s the policy update (TRL: the
@@ -22,7 +28,8 @@ rest of its step), old_logprob_s verl's no-grad forward for pi_old, sync_s the w
 
     python benchmarks/e2e_grpo.py --device cpu --tiny                       # seconds
     python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl      # CPU figure (minutes)
-    python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-static trl trl-static
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-copy verl-hf-static trl trl-static \
+        trl-bf16-static
 TRL is imported only by its worker, never by verl.
 """
 
@@ -43,7 +50,9 @@ import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-static", "verl-vllm", "trl", "trl-static")
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-vllm", "trl", "trl-static", "trl-bf16-static")
+# verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation)
+VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic"), "verl-hf-copy": (True, "dynamic"), "verl-hf-static": (True, "static")}
 RESULT_TAG = "E2E_RESULT "
 
 _WORDS = ("reinforcement learning policy reward model answer question explain number add apple river "
@@ -73,13 +82,15 @@ def worker_verl(args) -> dict:
     device = common.resolve_device(args.device)
     total = args.warmup + args.steps
     rollout = "vllm" if args.system == "verl-vllm" else "hf"
+    hf_copy, cache = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic"))
     cfg = config_from_dict({
         "device": str(device),
         "model": {"name": args.model_path, "dtype": args.dtype},
         "algorithm": {"name": "grpo", "use_kl_loss": False, "loss_agg_mode": "token-mean"},
         "rollout": {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
                     "top_p": 1.0, "top_k": 0, "max_num_seqs": max(64, args.prompts * args.group),
-                    "gpu_memory_utilization": 0.3, "kv_cache_gb": 1.0, "enable_sleep_mode": False},
+                    "gpu_memory_utilization": 0.3, "kv_cache_gb": 1.0, "enable_sleep_mode": False,
+                    "hf_weight_copy": hf_copy, "cache_implementation": cache},
         "training": {"total_steps": total + 10, "batch_size": args.prompts, "micro_batch_size": args.micro_batch,
                      "lr": 1e-6, "use_packed_samples": args.packed, "logprob_chunk_size": 4096},
         "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
@@ -91,11 +102,8 @@ def worker_verl(args) -> dict:
     trainer = create_trainer(cfg)
     if rollout == "vllm":
         trainer.rollout.extra_sampling_kwargs = {"ignore_eos": True}
-    else:
-        gc = trainer.actor.model.generation_config
-        gc.min_new_tokens = args.max_new_tokens  # fixed lengths, as ignore_eos does for vLLM
-        if args.system == "verl-hf-static":
-            gc.cache_implementation = "static"
+    else:  # the module that generates (the actor's, or the copy, which shares its generation config)
+        trainer.rollout.model.generation_config.min_new_tokens = args.max_new_tokens  # fixed lengths, as ignore_eos
     steps = []
     for i in range(total):
         t0 = time.perf_counter()
@@ -112,7 +120,7 @@ def worker_verl(args) -> dict:
 def worker_trl(args) -> dict:
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     sys.path.insert(0, HERE)
@@ -122,23 +130,27 @@ def worker_trl(args) -> dict:
     total = args.warmup + args.steps
     tok = AutoTokenizer.from_pretrained(args.model_path)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(args.model_path, dtype=torch.float32, attn_implementation="sdpa")
+    # TRL loads the model itself (model_init_kwargs): fp32 master weights, or bf16 weights for trl-bf16-static.
+    bf16_weights = args.system == "trl-bf16-static"
+    model_init_kwargs = {"dtype": "bfloat16" if bf16_weights else "float32", "attn_implementation": "sdpa"}
     prompts = make_prompts(args.prompts * (total + 1), args.prompt_words)
     steps: list[dict] = []
     gen_s = [0.0]
-    generate = model.generate
 
-    def timed_generate(*a, **kw):  # TRL calls the model's own generate: time its rollout part
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = generate(*a, **kw)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        gen_s[0] += time.perf_counter() - t0
-        return out
+    def time_generate(model):  # TRL calls the model's own generate: time its rollout part
+        generate = model.generate
 
-    model.generate = timed_generate
+        def timed_generate(*a, **kw):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = generate(*a, **kw)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            gen_s[0] += time.perf_counter() - t0
+            return out
+
+        model.generate = timed_generate
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
@@ -164,11 +176,13 @@ def worker_trl(args) -> dict:
         max_steps=total, logging_steps=1, report_to="none", save_strategy="no", seed=0, beta=0.0,
         temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, disable_tqdm=True,
         generation_kwargs={"min_new_tokens": args.max_new_tokens},
-        cache_implementation="static" if args.system == "trl-static" else None,
-        bf16=args.dtype == "bfloat16", use_cpu=device.type == "cpu", dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=conf,
+        cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None,
+        bf16=bf16_weights or args.dtype == "bfloat16", use_cpu=device.type == "cpu", dataloader_num_workers=0,
+        model_init_kwargs=model_init_kwargs)
+    trainer = GRPOTrainer(model=args.model_path, reward_funcs=trl_reward, args=conf,
                           train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
                           callbacks=[Timer()])
+    time_generate(trainer.model)
     trainer.train()
     prompt_tokens = statistics.mean(len(tok(p)["input_ids"]) for p in prompts[:n])
     for s in steps:
@@ -242,7 +256,8 @@ def _report(args, info, rows, quiet=False):
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
              f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
-             f"(autocast over fp32 master weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
+             f"(autocast over fp32 master weights; verl-hf-copy/-static generate with a {args.dtype} copy, "
+             f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
              f"x_best_trl = over the fastest TRL configuration run.")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,

@@ -73,11 +73,14 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     max_num_batched_tokens: Optional[int] = None
-    max_model_len: Optional[int] = None  # None -> max_prompt_length + max_new_tokens
+    max_model_len: Optional[int] = None  # None -> max_prompt_length + max_new_tokens (also the HF static cache length)
     enable_sleep_mode: bool = True  # free KV cache while the actor trains (GPU only)
     kv_cache_gb: float = 1.0  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
     # Truncated importance sampling: weight tokens by min(pi_old/pi_engine, cap); 0 = off
     tis_cap: float = 0.0
+    # Hugging Face backend (rollout.name: hf)
+    hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
+    cache_implementation: str = "dynamic"  # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)
 
 
 @dataclass

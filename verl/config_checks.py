@@ -63,6 +63,21 @@ def _check_reward(rf: RewardFnConfig, key: str) -> None:
             _check_reward(comp, f"{key}.components[{i}]")
 
 
+def _check_hf_rollout(r, m) -> None:
+    """rollout.hf_weight_copy / rollout.cache_implementation: Hugging Face backend only; a static
+    cache needs weights in the compute dtype (it holds one dtype, see verl.rollout.hf_rollout)."""
+    _choice(r.cache_implementation, ("dynamic", "static"), "rollout.cache_implementation")
+    if r.name != "hf" and r.hf_weight_copy:
+        raise ConfigError(f"rollout.hf_weight_copy: only for rollout.name: hf (got rollout.name: {r.name})")
+    if r.name != "hf" and r.cache_implementation != "dynamic":
+        raise ConfigError(f"rollout.cache_implementation: only for rollout.name: hf (got rollout.name: {r.name})")
+    # Full fine-tuning keeps fp32 master weights (a LoRA base loads in model.dtype).
+    fp32_weights = m.lora.rank == 0
+    if r.cache_implementation == "static" and not r.hf_weight_copy and fp32_weights and m.dtype != "float32":
+        raise ConfigError(f"rollout.cache_implementation: static under model.dtype: {m.dtype} autocast over the "
+                          f"actor's float32 weights needs rollout.hf_weight_copy: true")
+
+
 def _default_output_dir(cfg: Config) -> str:
     name = cfg.model.name.rstrip("/")
     if name.startswith("tiny:"):
@@ -130,6 +145,7 @@ def finalize_config(cfg: Config) -> Config:
         _at_least(r.batch_size, 1, "rollout.batch_size")
     _positive(r.kv_cache_gb, "rollout.kv_cache_gb")
     _at_least(r.tis_cap, 0, "rollout.tis_cap")
+    _check_hf_rollout(r, m)
     if r.seed is None:
         r.seed = cfg.seed
     if r.max_model_len is None:

@@ -1,29 +1,176 @@
-"""Hugging Face `generate` backend: samples with the actor's own module (no weight sync).
+"""Hugging Face `generate` backend: the plain, always-available path (`rollout.name: vllm` is the
+fast one).
 
-The plain, always-available path; `rollout.name: vllm` is the fast one.
+Which module generates:
+    default                       the actor's own module: generation always sees the current
+                                  weights, no sync; with `model.dtype: bfloat16` it runs under
+                                  autocast over the fp32 master weights (every weight is re-cast
+                                  to bf16 at every decode step).
+    rollout.hf_weight_copy: true  a copy of the actor in the compute dtype (bf16 for
+                                  `model.dtype: bfloat16`), like vLLM holds its own weights;
+                                  `sync_weights` writes the actor's parameters (LoRA merged) into
+                                  it in place after every update.
+
+KV cache (`rollout.cache_implementation`):
+    dynamic  transformers' default cache (DynamicCache for decoder-only LMs): today's behaviour.
+    static   a StaticCache of a fixed `rollout.max_model_len` tokens; on CUDA transformers
+             compiles the decode step. The cache takes a single dtype, so it needs weights in the
+             compute dtype (the copy, or a LoRA base, which loads in model.dtype).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import time
 
 import torch
 
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.vllm_rollout import hf_named_weights
+from verl.workers.logprobs import unwrap_hf
+
+CACHE_IMPLEMENTATIONS = ("dynamic", "static")
+
+
+# ---------------------------------------------------------------------------
+# The weight copy
+# ---------------------------------------------------------------------------
+
+
+def build_weight_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A plain transformers model of the actor's architecture, floating weights in `dtype`, on the
+    actor's device, in eval mode with gradients off. Its weights are random until the first
+    `copy_weights_into`; the actor is only read.
+
+    Built from the actor's config with `_from_config` (not a deepcopy): a deepcopy would briefly
+    double the fp32 weights and would carry peft's LoRA layers along. Buffers keep the dtype that
+    construction gives them (e.g. rotary `inv_freq` stays fp32), as `from_pretrained(dtype=...)`
+    does. The generation config is the actor's own object, so a setting made on the actor's
+    `generation_config` (eos ids, min_new_tokens) applies to the copy too.
+    """
+    base = unwrap_hf(model)
+    config = copy.deepcopy(base.config)  # _from_config writes its dtype into the config it gets
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # a GGUF-loaded actor holds dequantised weights
+    device = next(model.parameters()).device
+    with torch.device(device):
+        replica = type(base)._from_config(config, dtype=dtype, attn_implementation=base.config._attn_implementation)
+    replica.generation_config = base.generation_config
+    replica.eval().requires_grad_(False)
+    return replica
+
+
+@torch.no_grad()
+def copy_weights_into(replica: torch.nn.Module, model: torch.nn.Module) -> int:
+    """Write the actor's current weights into `replica` in place; returns the bytes written.
+
+    The actor's weights come as (HF checkpoint name, tensor) from `hf_named_weights` (LoRA
+    deltas merged, tied weights once); `copy_` casts them to the replica's dtype and keeps every
+    replica tensor's storage, so a compiled decode graph (static addresses) stays valid. Every
+    replica tensor must be written: a weight the actor does not have is an error, not a
+    leftover random value.
+    """
+    targets = replica.state_dict(keep_vars=True)  # name -> Parameter / buffer; tied names share one tensor
+    written: set[int] = set()
+    n_bytes = 0
+    for name, value in hf_named_weights(model):
+        target = targets.get(name)
+        if target is None:
+            raise RuntimeError(f"rollout.hf_weight_copy: the actor's weight '{name}' has no counterpart in the copy")
+        if target.shape != value.shape:  # copy_ would broadcast silently
+            raise RuntimeError(f"rollout.hf_weight_copy: '{name}' is {tuple(value.shape)} in the actor but "
+                               f"{tuple(target.shape)} in the copy")
+        target.copy_(value)
+        if id(target) not in written:
+            written.add(id(target))
+            n_bytes += target.numel() * target.element_size()
+    missing = [n for n, t in targets.items() if id(t) not in written]
+    if missing:
+        raise RuntimeError(f"rollout.hf_weight_copy: the actor gave no value for {missing[:5]} of the copy")
+    return n_bytes
+
+
+def _check_static_cache_dtype(model: torch.nn.Module, compute_dtype) -> None:
+    """Refuse a static cache under autocast over weights of another dtype.
+
+    The static cache allocates keys and values in the dtype of the first keys it stores. Under
+    bf16 autocast over fp32 weights the hidden states stay fp32, so the rotary-embedded keys come
+    out fp32 while the values (a plain linear) are bf16, and index_copy_ fails mid-generation.
+    """
+    weight_dtype = model.get_input_embeddings().weight.dtype
+    if compute_dtype is not None and weight_dtype != compute_dtype:
+        raise ValueError(f"rollout.cache_implementation: static cannot generate under {compute_dtype} autocast over "
+                         f"{weight_dtype} weights; set rollout.hf_weight_copy: true")
+
+
+def _static_cache_kwargs(rollout_cfg) -> dict:
+    """generate() kwargs for a static cache of a fixed length.
+
+    transformers sizes a static cache as max(max_length - 1, generation_config.max_cache_len),
+    max_length = prompt width + max_new_tokens; the prompt width (the longest prompt of the batch)
+    changes from step to step, so without a fixed max_cache_len every longer batch would grow the
+    cache and recompile the decode step. rollout.max_model_len (finalize_config:
+    data.max_prompt_length + rollout.max_new_tokens) bounds every call. The compiled step is still
+    specialised on the batch size: a smaller last chunk (rollout.batch_size) compiles once more.
+    """
+    from transformers import GenerationConfig
+
+    if rollout_cfg.max_model_len is None:
+        raise ValueError("rollout.cache_implementation: static needs rollout.max_model_len (the fixed cache length; "
+                         "finalize_config sets it to data.max_prompt_length + rollout.max_new_tokens)")
+    if not hasattr(GenerationConfig(), "max_cache_len"):
+        import transformers
+
+        raise ImportError(f"rollout.cache_implementation: static needs GenerationConfig.max_cache_len, which "
+                          f"transformers {transformers.__version__} lacks; upgrade transformers")
+    return dict(cache_implementation="static", max_cache_len=rollout_cfg.max_model_len)
+
+
+# ---------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------
 
 
 class HFRollout(RolloutEngine):
-    def __init__(self, model: torch.nn.Module, tokenizer, rollout_cfg, autocast_dtype=None):
-        self.model = model  # the actor's module itself: generation always sees current weights
+    def __init__(self, model: torch.nn.Module, tokenizer, rollout_cfg, compute_dtype=None):
+        """model: the actor's module; compute_dtype: the dtype forwards run in (None: the weights' own)."""
         self.tokenizer = tokenizer
         self.chunk = rollout_cfg.batch_size  # sequences per generate() call; None = all
-        self.autocast_dtype = autocast_dtype
+        if rollout_cfg.cache_implementation not in CACHE_IMPLEMENTATIONS:
+            raise ValueError(f"rollout.cache_implementation: '{rollout_cfg.cache_implementation}' is not one of "
+                             f"{', '.join(CACHE_IMPLEMENTATIONS)}")
+        static = rollout_cfg.cache_implementation == "static"
+        self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
+        self.weight_copy = bool(rollout_cfg.hf_weight_copy)
+        if self.weight_copy:
+            dtype = compute_dtype or unwrap_hf(model).dtype
+            self.model = build_weight_copy(model, dtype)  # generates in `dtype` directly: no autocast
+            self.autocast_dtype = None
+            self.sync_weights(model)
+        else:
+            self.model = model  # the actor's module itself: generation always sees current weights
+            self.autocast_dtype = compute_dtype
+            if static:
+                _check_static_cache_dtype(model, compute_dtype)
 
     def _autocast(self, device):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
+    def sync_weights(self, model: torch.nn.Module) -> dict:
+        """With the weight copy: the actor's current weights into it, in place (same metric keys as
+        VLLMRollout; bytes are those written into the copy). Without: nothing to do."""
+        if not self.weight_copy:
+            return {}
+        device = next(self.model.parameters()).device
+        start = time.perf_counter()
+        n_bytes = copy_weights_into(self.model, model)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # copy_ is asynchronous: time the copy, not its launch
+        return {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
 
     @torch.no_grad()
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
@@ -46,7 +193,8 @@ class HFRollout(RolloutEngine):
     def _generate_part(self, part: Batch, sampling: SamplingParams, device):
         tok = self.tokenizer
         gen_kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=tok.eos_token_id,
-                          pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_logits=True)
+                          pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_logits=True,
+                          **self.cache_kwargs)
         if sampling.greedy or sampling.temperature == 0:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             temperature = 1.0

@@ -39,7 +39,7 @@ def build_rollout(config: Config, actor: Actor, tokenizer):
     from verl.rollout.hf_rollout import HFRollout
 
     dtype = torch_dtype(config.model.dtype)
-    return HFRollout(actor.model, tokenizer, config.rollout, autocast_dtype=None if dtype == torch.float32 else dtype)
+    return HFRollout(actor.model, tokenizer, config.rollout, compute_dtype=None if dtype == torch.float32 else dtype)
 
 
 def build_critic(config: Config, device, actor: Actor, actor_tokenizer):
