@@ -200,7 +200,7 @@ def test_pickled_code_is_refused(tmp_path):
 
 
 def test_rng_state_roundtrip_is_weights_only(tmp_path):
-    np = pytest.importorskip("numpy")
+    import numpy as np
     g = torch.Generator().manual_seed(3)
     random.seed(1), np.random.seed(2), torch.manual_seed(4)
     torch.randn(3, generator=g)

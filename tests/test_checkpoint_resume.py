@@ -172,7 +172,7 @@ def test_logs_continue_without_duplicates_and_fresh_start_moves_old_run(tmp_path
 
 
 def _peft_gpt2(path):
-    peft = pytest.importorskip("peft")
+    import peft
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -223,7 +223,7 @@ def test_lora_adapters_and_merged_actor(tmp_path, tiny_gpt2):
 def test_trainer_save_lora_mode(tmp_path, tiny_gpt2):
     """model.lora.rank > 0 with --save_lora: the final save is the adapter folder, and a full
     checkpoint of the LoRA actor resumes with the same adapter weights."""
-    pytest.importorskip("peft")
+    import peft  # noqa: F401
     lora = {"model.name": tiny_gpt2, "model.lora.rank": 4, "algorithm.name": "grpo", "rollout.n": 2,
             "training.batch_size": 2, "rollout.max_new_tokens": 4}
     cfg = load_config(None, small_overrides(tmp_path, **lora, **{"training.total_steps": 1,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-gguf = pytest.importorskip("gguf")
+import gguf  # noqa: E402  (the test extra installs it: a missing one must fail, not skip)
 
 from verl.models import fetch as fetch_mod  # noqa: E402
 from verl.models.fetch import KNOWN_MODELS, fetch_model, is_fetched, main, model_dir  # noqa: E402

@@ -1,7 +1,6 @@
 """Offload helpers (their CPU-side contracts; the GPU figures are in benchmarks/memory.py) and
-`model.torch_compile` (compiled layers == eager; slow, so opt-in with VERL_TEST_COMPILE=1)."""
+`model.torch_compile` (compiled layers == eager)."""
 
-import os
 
 import pytest
 import torch
@@ -76,7 +75,6 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
     assert "forward" not in vars(compiled.layers[0])  # eager again outside active()
 
 
-@pytest.mark.skipif(not os.environ.get("VERL_TEST_COMPILE"), reason="compiles for ~1 min on a CPU; VERL_TEST_COMPILE=1")
 @pytest.mark.parametrize("with_entropy", [True, False])
 def test_fused_head_equals_eager(with_entropy):
     from verl.workers.logprobs import head_log_probs
