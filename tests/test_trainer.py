@@ -63,8 +63,8 @@ def _one_step_grads(tmp_path, monkeypatch, micro, tag, extra=None):
     return captured
 
 
-def _assert_same_grads(a, b):
-    for role in ("actor", "critic"):
+def _assert_same_grads(a, b, roles=("actor", "critic")):
+    for role in roles:
         assert len(a[role]) == len(b[role]) > 0
         for i, (ga, gb) in enumerate(zip(a[role], b[role])):
             assert torch.allclose(ga, gb, atol=1e-7, rtol=1e-4), (role, i, (ga - gb).abs().max())
@@ -103,3 +103,31 @@ def test_seed_script_runs_unchanged(tmp_path, tiny_gpt2):
     assert "Step 0: reward=" in proc.stdout and "Step 10: reward=" in proc.stdout
     out = tmp_path / "outputs" / f"{os.path.basename(tiny_gpt2)}-ppo"
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def _grpo_step(tmp_path, monkeypatch, tag, **extra):
+    captured = capture_first_grads(monkeypatch)
+    over = {"model.name": "tiny:qwen2", "algorithm.name": "grpo", "training.total_steps": 1,
+            "checkpoint.save_dir": str(tmp_path / tag), "rollout.max_new_tokens": 10}
+    over.update(extra)
+    trainer = create_trainer(load_config(None, small_overrides(tmp_path, **over)))
+    return captured, trainer.step()
+
+
+@pytest.mark.parametrize("extra", [{}, {"training.use_packed_samples": "true"}])
+def test_old_log_probs_from_update_change_nothing_but_speed(tmp_path, monkeypatch, tiny_qwen2, extra):
+    """One optimizer step per batch: pi_old taken from the update's own first forward (ratio 1)
+    gives the same gradients and metrics as the separate no-grad pass, without that pass."""
+    g_sep, m_sep = _grpo_step(tmp_path, monkeypatch, "sep", **{"training.old_log_probs_from_update": "false"},
+                              **extra)
+    g_upd, m_upd = _grpo_step(tmp_path, monkeypatch, "upd", **extra)
+    assert "timing_s/old_log_prob" in m_sep and "timing_s/old_log_prob" not in m_upd
+    for key in ("reward", "actor/entropy", "actor/kl", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert m_upd[key] == pytest.approx(m_sep[key], rel=1e-4, abs=1e-6), key
+    assert m_upd["actor/pg_clipfrac"] == 0.0  # ratio exactly 1 at the first (only) step
+    _assert_same_grads(g_sep, g_upd, roles=("actor",))
+
+
+def test_multi_epoch_keeps_the_separate_old_log_prob_pass(tmp_path, monkeypatch, tiny_qwen2):
+    _, m = _grpo_step(tmp_path, monkeypatch, "ep2", **{"training.num_epochs": 2})
+    assert "timing_s/old_log_prob" in m

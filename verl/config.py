@@ -154,6 +154,9 @@ class TrainingConfig:
     max_minutes: float = 0.0  # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_bad_steps: int = 3  # consecutive NaN/Inf steps before training stops
     logprob_chunk_size: int = 1024  # tokens per chunk when computing log-probs/entropy
+    # One optimizer step per batch (num_epochs 1, one mini-batch, no KL in the reward): pi_old is the
+    # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
+    old_log_probs_from_update: bool = True
     offload_optimizer: bool = False
     offload_idle_models: bool = False
 

@@ -105,7 +105,9 @@ class Trainer:
         prompts = self.train_data.next_batch()
         batch, gen_metrics = self.timer("rollout", self.generate_experience, prompts)        # 1-2. sample, score
         self.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
-        batch.old_log_probs, entropy = self.timer("old_log_prob", self.actor.compute_log_probs, batch)  # 3.
+        pi_old_from_update = self._pi_old_from_update(batch)
+        if not pi_old_from_update:
+            batch.old_log_probs, entropy = self.timer("old_log_prob", self.actor.compute_log_probs, batch)  # 3.
         if self.reference is not None:
             batch.ref_log_probs = self.timer("ref_log_prob", self.reference.compute_log_probs, batch)
         if self.critic is not None:
@@ -115,6 +117,8 @@ class Trainer:
         critic_metrics = self.timer("update_critic", self.critic.update, batch) if self.critic else {}  # 5.
         actor_metrics = (self.timer("update_actor", self.actor.update, batch)                    # 6.
                          if self.global_step >= self.config.algorithm.critic_warmup else {})
+        if pi_old_from_update:  # 3'. log pi_old (and the entropy) came from the update's own forward
+            batch.old_log_probs, entropy = self.actor.last_pi_old
         sync_metrics = self.timer("update_weights", self.rollout.sync_weights, self.actor.model)  # 7.
         self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
         self.global_step += 1
@@ -177,6 +181,16 @@ class Trainer:
         s = SamplingParams.from_config(self.config.rollout)
         s.greedy, s.n = True, 1
         return s
+
+    def _pi_old_from_update(self, batch: Batch) -> bool:
+        """`training.old_log_probs_from_update`: with one optimizer step per batch, pi_old is the
+        policy the actor update starts from, so that update's first forward yields log pi_old
+        (detached: ratio 1, the same gradient) and the separate no-grad pass is skipped. Not when
+        something needs pi_old before the update (KL in the reward), the update is skipped
+        (critic warm-up), or the actor is sharded across processes."""
+        t, a = self.config.training, self.config.algorithm
+        return (t.old_log_probs_from_update and t.num_epochs == 1 and t.mini_batch_size >= len(batch)
+                and not a.use_kl_in_reward and self.global_step >= a.critic_warmup and self.distributed is None)
 
     def _seed_step(self) -> None:
         """Each step's randomness derives from (seed, step): reruns and resumes sample alike."""
