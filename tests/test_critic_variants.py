@@ -208,3 +208,12 @@ def test_shared_critic_resume_equals_uninterrupted(tmp_path, tiny_qwen2):
     for (n, pa), pb in zip(a.actor.model.named_parameters(), b.actor.model.parameters()):
         assert torch.allclose(pa, pb, atol=1e-6, rtol=0), n
     assert torch.allclose(a.critic.model.weight, b.critic.model.weight, atol=1e-6, rtol=0)
+
+
+def test_no_grad_passes_build_no_graph(tmp_path, tiny_qwen2):
+    """compute_log_probs / compute_values run without autograd (no graph kept alive)."""
+    trainer = _shared_trainer(tmp_path)
+    batch = _experience(trainer)
+    lp, ent = trainer.actor.compute_log_probs(batch)
+    values = trainer.critic.compute_values(batch)
+    assert not lp.requires_grad and not ent.requires_grad and not values.requires_grad

@@ -12,6 +12,7 @@ Memory/speed switches (each with a plain fallback): `training.use_packed_samples
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 
 import torch
@@ -78,7 +79,8 @@ class Actor:
             else False
         mb = batch_to_device(mb, self.device)
         logp = ent = v = None
-        trunk_grad = torch.enable_grad() if with_logp or values == "train" else torch.no_grad()
+        # A value-head-only pass needs no graph through the trunk; otherwise the caller's grad mode.
+        trunk_grad = contextlib.nullcontext() if with_logp or values == "train" else torch.no_grad()
         with autocast_context(self.device, self.compute_dtype), self.compiled.active():
             with trunk_grad:
                 rh = response_hidden(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
