@@ -164,6 +164,27 @@ def test_seeded_sampling_is_reproducible_and_varies_by_call(engine, tokenizer):
     assert runs[0][0] != runs[0][1]  # but not the same samples at every step
 
 
+def test_build_requests_are_what_generate_sends(engine, tokenizer):
+    """The benchmark's "raw vLLM (same params)" row times `LLM.generate` on `build_requests`;
+    that is only honest if these are exactly the requests `generate` sends."""
+    prompts = prompt_batch(tokenizer)
+    sampling = SamplingParams(n=2, max_new_tokens=5, temperature=1.0, seed=3)
+    engine._calls = 0
+    requests, params = engine.build_requests(prompts, sampling)
+    # One request per prompt (sampled, so n=2 inside each), prompt ids without the left padding.
+    assert len(requests) == len(params) == 3
+    for i, req in enumerate(requests):
+        assert req["prompt_token_ids"] == prompts.input_ids[i][prompts.attention_mask[i].bool()].tolist()
+    # Seed of row i at call 1: 3 * 1_000_003 + 1 * 65_537 + i * n = 3_065_546 + 2 i.
+    assert [p.seed for p in params] == [3_065_546, 3_065_548, 3_065_550]
+    assert all(p.n == 2 and p.logprobs == 0 and p.max_tokens == 5 for p in params)
+    raw = engine.llm.generate(requests, params, use_tqdm=False)
+    raw_tokens = [list(o.token_ids) for r in raw for o in sorted(r.outputs, key=lambda o: o.index)]
+    engine._calls = 0  # the same call number again: the same seeds
+    ours = engine.generate(prompts, sampling)
+    assert responses_of(ours) == raw_tokens
+
+
 # ---------------------------------------------------------------------------
 # Weight sync and the stale-engine metric
 # ---------------------------------------------------------------------------
