@@ -21,7 +21,8 @@ import torch
 from verl.batch import Batch
 from verl.config import RolloutConfig
 from verl.rollout.base import SamplingParams
-from verl.rollout.vllm_rollout import INSTALL_HINT, VLLMRollout, hf_named_weights, logprob_diff
+from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.vllm_rollout import INSTALL_HINT, VLLMRollout, logprob_diff
 
 PROMPTS = ["I love reinforcement", "What is the capital of France? Paris is the", "Tell me a story"]
 

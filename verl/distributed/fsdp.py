@@ -216,10 +216,10 @@ def load_sharded(path: str, model: torch.nn.Module, optimizer=None) -> None:
 def full_weights(model: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, full tensor) for each weight, gathered one at a time from the
     shards (a collective per tensor: every rank must iterate to the end). Tied weights once,
-    LoRA merged (verl.rollout.vllm_rollout.hf_named_weights names)."""
+    LoRA merged (verl.rollout.hf_weights.hf_named_weights names)."""
     from torch.distributed.tensor import DTensor
 
-    from verl.rollout.vllm_rollout import hf_named_weights
+    from verl.rollout.hf_weights import hf_named_weights
 
     for name, tensor in hf_named_weights(model):
         if isinstance(tensor, DTensor):

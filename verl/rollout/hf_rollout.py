@@ -28,7 +28,7 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
-from verl.rollout.vllm_rollout import hf_named_weights
+from verl.rollout.hf_weights import hf_named_weights
 from verl.workers.logprobs import unwrap_hf
 
 CACHE_IMPLEMENTATIONS = ("dynamic", "static")

