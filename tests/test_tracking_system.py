@@ -17,6 +17,24 @@ def test_system_metrics_cpu():
         assert not any(k.startswith("system/gpu") for k in metrics)
 
 
+def test_cpu_run_on_a_gpu_machine_reads_no_gpu(monkeypatch):
+    """Regression: a `device: cpu` run on a machine whose CUDA had been initialised called
+    torch.cuda.mem_get_info("cpu") and failed ("Expected a cuda device"); the step timer had
+    initialised CUDA by synchronising. Here CUDA is made to look available and initialised."""
+    from verl.trainer.timer import StageTimer
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: calls.append("is_initialized") or False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    StageTimer()("stage", lambda: None)
+    assert calls == ["is_initialized"]  # not initialised: no synchronize (which would initialise it)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: pytest.fail(f"GPU read for device {d}"))
+    metrics = system_metrics(torch.device("cpu"))
+    assert not any(k.startswith("system/gpu") for k in metrics)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_system_metrics_gpu():
     x = torch.ones(1024, 1024, device="cuda")

@@ -141,7 +141,9 @@ def system_metrics(device=None, util_sampler: Optional[GpuUtilSampler] = None) -
         pass
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    # A CPU run on a GPU machine may still have initialised CUDA: read the GPU only for a CUDA device.
+    on_gpu = torch.device(device).type == "cuda" if device is not None else True
+    if on_gpu and torch.cuda.is_available() and torch.cuda.is_initialized():
         free, total = torch.cuda.mem_get_info(device)
         out["system/gpu_memory_gb"] = (total - free) / GIB
         out["system/gpu_memory_frac"] = (total - free) / total

@@ -27,8 +27,9 @@ class StageTimer:
         self._stack.append(0.0)
         try:
             result = fn(*args, **kwargs)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()  # GPU work is asynchronous: charge it to this stage
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # GPU work is asynchronous: charge it to this stage (a CPU run
+                # never initialises CUDA; synchronize() would, even on a GPU machine)
         finally:
             total = time.perf_counter() - start
             nested = self._stack.pop()
