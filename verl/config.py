@@ -81,6 +81,8 @@ class RolloutConfig:
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     cache_implementation: str = "dynamic"  # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)
+    # transformers: model.generate | verl: verl's own decode loop (static cache, one CUDA graph per decode step)
+    decode_loop: str = "transformers"
 
 
 @dataclass

@@ -73,6 +73,15 @@ def _check_hf_rollout(r, m) -> None:
         raise ConfigError(f"rollout.cache_implementation: only for rollout.name: hf (got rollout.name: {r.name})")
     # Full fine-tuning keeps fp32 master weights (a LoRA base loads in model.dtype).
     fp32_weights = m.lora.rank == 0
+    _choice(r.decode_loop, ("transformers", "verl"), "rollout.decode_loop")
+    if r.decode_loop == "verl":
+        if r.name != "hf":
+            raise ConfigError(f"rollout.decode_loop: verl is the Hugging Face backend's loop (got rollout.name: {r.name})")
+        if not r.hf_weight_copy:
+            raise ConfigError("rollout.decode_loop: verl generates with the weight copy; set rollout.hf_weight_copy: true")
+        if r.cache_implementation != "static":
+            raise ConfigError("rollout.decode_loop: verl decodes into a static KV cache; set "
+                              "rollout.cache_implementation: static")
     if r.cache_implementation == "static" and not r.hf_weight_copy and fp32_weights and m.dtype != "float32":
         raise ConfigError(f"rollout.cache_implementation: static under model.dtype: {m.dtype} autocast over the "
                           f"actor's float32 weights needs rollout.hf_weight_copy: true")

@@ -16,6 +16,13 @@ KV cache (`rollout.cache_implementation`):
     static   a StaticCache of a fixed `rollout.max_model_len` tokens; on CUDA transformers
              compiles the decode step. The cache takes a single dtype, so it needs weights in the
              compute dtype (the copy, or a LoRA base, which loads in model.dtype).
+
+Decode loop (`rollout.decode_loop`):
+    transformers  `model.generate`.
+    verl          verl.rollout.decode_loop.StaticDecoder over the weight copy (static cache, sdpa
+                  attention, one CUDA graph per decode step on CUDA). Stop strings are applied
+                  after decoding: a response is cut where its text first contains one (where
+                  generate's stop_strings stops), the extra tokens are only wasted compute.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
 from verl.workers.logprobs import unwrap_hf
 
@@ -39,10 +47,10 @@ CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 # ---------------------------------------------------------------------------
 
 
-def build_weight_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+def build_weight_copy(model: torch.nn.Module, dtype: torch.dtype, attn_implementation=None) -> torch.nn.Module:
     """A plain transformers model of the actor's architecture, floating weights in `dtype`, on the
     actor's device, in eval mode with gradients off. Its weights are random until the first
-    `copy_weights_into`; the actor is only read.
+    `copy_weights_into`; the actor is only read. attn_implementation: None = the actor's.
 
     Built from the actor's config with `_from_config` (not a deepcopy): a deepcopy would briefly
     double the fp32 weights and would carry peft's LoRA layers along. Buffers keep the dtype that
@@ -56,7 +64,8 @@ def build_weight_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Mo
         del config.quantization_config  # a GGUF-loaded actor holds dequantised weights
     device = next(model.parameters()).device
     with torch.device(device):
-        replica = type(base)._from_config(config, dtype=dtype, attn_implementation=base.config._attn_implementation)
+        replica = type(base)._from_config(config, dtype=dtype,
+                                          attn_implementation=attn_implementation or base.config._attn_implementation)
     replica.generation_config = base.generation_config
     replica.eval().requires_grad_(False)
     return replica
@@ -144,11 +153,20 @@ class HFRollout(RolloutEngine):
         static = rollout_cfg.cache_implementation == "static"
         self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
         self.weight_copy = bool(rollout_cfg.hf_weight_copy)
+        own_loop = getattr(rollout_cfg, "decode_loop", "transformers") == "verl"
+        if own_loop and not (self.weight_copy and static):
+            raise ValueError("rollout.decode_loop: verl needs rollout.hf_weight_copy: true and "
+                             "rollout.cache_implementation: static")
+        self.decoder = None
         if self.weight_copy:
             dtype = compute_dtype or unwrap_hf(model).dtype
-            self.model = build_weight_copy(model, dtype)  # generates in `dtype` directly: no autocast
-            self.autocast_dtype = None
+            # The own loop passes 4D additive masks, which sdpa takes and flash-attention does not.
+            self.model = build_weight_copy(model, dtype, attn_implementation="sdpa" if own_loop else None)
+            self.autocast_dtype = None  # generates in `dtype` directly
             self.sync_weights(model)
+            if own_loop:
+                pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+                self.decoder = StaticDecoder(self.model, rollout_cfg.max_model_len, pad, tokenizer.eos_token_id)
         else:
             self.model = model  # the actor's module itself: generation always sees current weights
             self.autocast_dtype = compute_dtype
@@ -191,6 +209,19 @@ class HFRollout(RolloutEngine):
         return assemble_rollout(rows, responses, log_probs, tok, sampling.max_new_tokens, finished)
 
     def _generate_part(self, part: Batch, sampling: SamplingParams, device):
+        input_ids = part.input_ids.to(device)
+        attention_mask = part.attention_mask.to(device)
+        if self.decoder is not None:
+            greedy = sampling.greedy or sampling.temperature == 0
+            seqs_dev, logp_dev = self.decoder.generate(
+                input_ids, attention_mask, sampling.max_new_tokens, temperature=sampling.temperature,
+                top_k=sampling.top_k, top_p=sampling.top_p, greedy=greedy)
+        else:
+            seqs_dev, logp_dev = self._transformers_generate(input_ids, attention_mask, sampling, device)
+        return self._finish(seqs_dev.cpu(), logp_dev.cpu(), sampling)
+
+    def _transformers_generate(self, input_ids, attention_mask, sampling: SamplingParams, device):
+        """model.generate -> (tokens (b, steps), log-probs (b, steps)) on the device."""
         tok = self.tokenizer
         gen_kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=tok.eos_token_id,
                           pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_logits=True,
@@ -204,25 +235,31 @@ class HFRollout(RolloutEngine):
             temperature = sampling.temperature
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
-        input_ids = part.input_ids.to(device)
-        attention_mask = part.attention_mask.to(device)
         with self._autocast(device):
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
-        prompt_len = input_ids.shape[1]
-        seqs_dev = out.sequences[:, prompt_len:]
+        seqs_dev = out.sequences[:, input_ids.shape[1]:]
         # Raw logits / temperature: the distribution the actor recomputes (top-p/top-k
         # truncation is a sampling detail the policy-gradient ratio does not model).
         # One decode step at a time, on the device: never a (b, steps, V) float32 copy.
         logp = torch.stack([
             torch.log_softmax(step_logits.float() / temperature, dim=-1).gather(-1, seqs_dev[:, i:i + 1]).squeeze(-1)
-            for i, step_logits in enumerate(out.logits)], dim=1).cpu()  # (b, steps)
-        seqs = seqs_dev.cpu()
+            for i, step_logits in enumerate(out.logits)], dim=1)  # (b, steps)
+        return seqs_dev, logp
+
+    def _finish(self, seqs: torch.Tensor, logp: torch.Tensor, sampling: SamplingParams):
+        """(b, steps) tokens and log-probs -> per-row response lists cut after EOS or at the end of
+        the first stop string, and whether each row finished. Both loops need the stop cut:
+        generate pads a row that hit a stop string up to the longest row (those pads are not part
+        of the response), verl's loop does not stop on stop strings at all."""
+        tok = self.tokenizer
         responses, log_probs, finished = [], [], []
         for i in range(seqs.shape[0]):
             ids = seqs[i].tolist()
             end = len(ids)
             if tok.eos_token_id in ids:
                 end = ids.index(tok.eos_token_id) + 1
+            if sampling.stop:
+                end = min(end, first_stop_prefix(ids[:end], sampling.stop, tok))
             ids = ids[:end]
             done = bool(ids) and ids[-1] == tok.eos_token_id
             if not done and sampling.stop:
@@ -232,3 +269,22 @@ class HFRollout(RolloutEngine):
             log_probs.append(logp[i, :end].tolist())
             finished.append(done)
         return responses, log_probs, finished
+
+
+def first_stop_prefix(ids: list, stops, tokenizer) -> int:
+    """The length of the shortest prefix of `ids` whose text contains a stop string (len(ids) if
+    none does). Binary search: once a prefix's text contains a stop string, longer ones do too."""
+    def hit(k):
+        text = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        return any(s in text for s in stops)
+
+    if not ids or not hit(len(ids)):
+        return len(ids)
+    lo, hi = 1, len(ids)  # hit(hi) holds
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hit(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
