@@ -15,6 +15,8 @@ Systems:
                      transformers compiles the decode step on CUDA). Without the copy a static cache
                      fails under bf16 autocast over fp32 weights: the rotary-embedded keys come out
                      float32, the values bf16, and the static cache takes one dtype
+    verl-hf-graph    the copy, the static cache and rollout.decode_loop=verl: verl's own decode loop over the
+                     same transformers model (one CUDA graph per decode step) instead of model.generate
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
     trl              TRL GRPOTrainer, transformers generate (its default)
     trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
@@ -28,8 +30,8 @@ rest of its step), old_logprob_s verl's no-grad forward for pi_old, sync_s the w
 
     python benchmarks/e2e_grpo.py --device cpu --tiny                       # seconds
     python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl      # CPU figure (minutes)
-    python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-copy verl-hf-static trl trl-static \
-        trl-bf16-static
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-copy verl-hf-static verl-hf-graph trl \
+        trl-static trl-bf16-static
 TRL is imported only by its worker, never by verl.
 """
 
@@ -50,9 +52,10 @@ import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-vllm", "trl", "trl-static", "trl-bf16-static")
-# verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation)
-VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic"), "verl-hf-copy": (True, "dynamic"), "verl-hf-static": (True, "static")}
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-static", "trl-bf16-static")
+# verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation, rollout.decode_loop)
+VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic", "transformers"), "verl-hf-copy": (True, "dynamic", "transformers"),
+                   "verl-hf-static": (True, "static", "transformers"), "verl-hf-graph": (True, "static", "verl")}
 RESULT_TAG = "E2E_RESULT "
 
 _WORDS = ("reinforcement learning policy reward model answer question explain number add apple river "
@@ -82,7 +85,7 @@ def worker_verl(args) -> dict:
     device = common.resolve_device(args.device)
     total = args.warmup + args.steps
     rollout = "vllm" if args.system == "verl-vllm" else "hf"
-    hf_copy, cache = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic"))
+    hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
     cfg = config_from_dict({
         "device": str(device),
         "model": {"name": args.model_path, "dtype": args.dtype},
@@ -90,7 +93,7 @@ def worker_verl(args) -> dict:
         "rollout": {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
                     "top_p": 1.0, "top_k": 0, "max_num_seqs": max(64, args.prompts * args.group),
                     "gpu_memory_utilization": 0.3, "kv_cache_gb": 1.0, "enable_sleep_mode": False,
-                    "hf_weight_copy": hf_copy, "cache_implementation": cache},
+                    "hf_weight_copy": hf_copy, "cache_implementation": cache, "decode_loop": decode_loop},
         "training": {"total_steps": total + 10, "batch_size": args.prompts, "micro_batch_size": args.micro_batch,
                      "lr": 1e-6, "use_packed_samples": args.packed, "logprob_chunk_size": 4096},
         "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
