@@ -14,8 +14,9 @@ import time
 import pytest
 import torch
 
-from verl.trainer.checkpoint import (CheckpointError, CheckpointManager, capture_rng, load_torch, restore_rng,
-                                     save_torch, verify_checkpoint)
+from verl.trainer.checkpoint import CheckpointError, CheckpointManager, verify_checkpoint
+from verl.trainer.durable_files import load_torch, save_torch
+from verl.trainer.rng_state import capture_rng, restore_rng
 
 
 def _writer(value: float, n: int = 3):
@@ -90,7 +91,8 @@ def test_failure_while_writing_pointer_keeps_previous(tmp_path, monkeypatch):
 
 CHILD = textwrap.dedent("""
     import os, sys, time, torch
-    from verl.trainer.checkpoint import CheckpointManager, save_torch
+    from verl.trainer.checkpoint import CheckpointManager
+    from verl.trainer.durable_files import save_torch
     mgr = CheckpointManager(sys.argv[1], keep_last=3)
     mode = sys.argv[2]
     def small(step):

@@ -188,7 +188,7 @@ def test_lora_adapters_and_merged_actor(tmp_path, tiny_gpt2):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.trainer.checkpoint import load_module_weights, save_hf_model, save_lora_adapters
+    from verl.trainer.model_files import load_module_weights, save_hf_model, save_lora_adapters
 
     tok = AutoTokenizer.from_pretrained(tiny_gpt2)
     model = _peft_gpt2(tiny_gpt2)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 
-from verl.trainer.checkpoint import CheckpointError, atomic_write_json, capture_rng, load_torch, read_manifest, \
-    restore_rng, save_torch
+from verl.trainer.checkpoint import CheckpointError, read_manifest
+from verl.trainer.durable_files import atomic_write_json, load_torch, save_torch
+from verl.trainer.rng_state import capture_rng, restore_rng
 
 
 def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:

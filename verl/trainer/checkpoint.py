@@ -28,257 +28,20 @@ states are `torch.save`d as plain tensors/dicts/lists/numbers and read back with
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import time
 from typing import Callable, Optional
 
-import torch
+from verl.trainer.durable_files import (CheckpointError, atomic_write_json, atomic_write_text, files_under,
+                                         fsync_path, fsync_tree, sha256_file)
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 STEP_RE = re.compile(r"^step_(\d+)$")
 KINDS = ("actor", "full", "lora")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete, corrupted or of the wrong kind (message says which)."""
-
-
-# ---------------------------------------------------------------------------
-# Durable file primitives
-# ---------------------------------------------------------------------------
-
-
-def fsync_path(path: str) -> None:
-    """Flush a file's (or a folder's entries') data to the disk."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.path.isdir(path) else os.O_RDONLY
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return  # e.g. folders cannot be opened on some platforms; best effort
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_path(folder)
-
-
-def atomic_write_json(path: str, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def sha256_file(path: str, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _files_under(folder: str) -> list[str]:
-    out = []
-    for root, _, names in os.walk(folder):
-        for name in names:
-            out.append(os.path.relpath(os.path.join(root, name), folder))
-    return sorted(out)
-
-
-# ---------------------------------------------------------------------------
-# Torch objects with weights_only-loadable contents
-# ---------------------------------------------------------------------------
-
-
-def save_torch(obj, path: str) -> None:
-    """torch.save of plain tensors/dicts/lists/numbers (what weights_only loading accepts)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save(obj, path)
-
-
-def load_torch(path: str):
-    """torch.load(weights_only=True): tensors and plain containers only, never pickled code."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - UnpicklingError and friends: refuse with the file named
-        raise CheckpointError(f"{path}: refused to load ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); only plain tensors and "
-                              "containers are accepted (weights_only=True)") from None
-
-
-def capture_rng(generators: dict[str, torch.Generator]) -> dict:
-    """Every random generator a step uses: torch (CPU and CUDA), python `random`, numpy, and
-    the named torch.Generators (e.g. the actor's and critic's mini-batch shufflers).
-    Python/numpy states become int64 tensors so the file loads with weights_only=True."""
-    version, mt, gauss = random.getstate()
-    state = {
-        "torch": torch.get_rng_state(),
-        "cuda": list(torch.cuda.get_rng_state_all()) if torch.cuda.is_available() else [],
-        "python": {"version": int(version), "state": torch.tensor(mt, dtype=torch.int64), "gauss": gauss},
-        "generators": {name: g.get_state() for name, g in generators.items()},
-    }
-    try:
-        import numpy as np
-
-        key, arr, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = {"key": str(key), "state": torch.from_numpy(arr.astype(np.int64)), "pos": int(pos),
-                          "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
-    except ImportError:
-        pass
-    return state
-
-
-def restore_rng(state: dict, generators: dict[str, torch.Generator]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    py = state["python"]
-    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
-    if "numpy" in state:
-        import numpy as np
-
-        n = state["numpy"]
-        np.random.set_state((n["key"], n["state"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                             n["cached_gaussian"]))
-    for name, g in generators.items():
-        if name in state["generators"]:
-            g.set_state(state["generators"][name])
-
-
-# ---------------------------------------------------------------------------
-# Weights
-# ---------------------------------------------------------------------------
-
-
-def is_peft_model(model) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:
-        return False
-    return isinstance(model, PeftModel)
-
-
-def _save_folder_atomically(model, tokenizer, path: str, merge_lora: bool) -> str:
-    """save_pretrained into a temporary folder next to `path`, fsync, then move each file
-    in with an atomic rename (a crash never leaves a half-written file under its name)."""
-    os.makedirs(path, exist_ok=True)
-    tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _save_pretrained(model, tokenizer, tmp, merge_lora=merge_lora)
-        _fsync_tree(tmp)
-        for rel in _files_under(tmp):
-            os.makedirs(os.path.dirname(os.path.join(path, rel)), exist_ok=True)
-            os.replace(os.path.join(tmp, rel), os.path.join(path, rel))
-        fsync_path(path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def save_hf_model(model, tokenizer, path: str) -> str:
-    """safetensors weights + config + tokenizer: loadable by AutoModelForCausalLM and vLLM.
-
-    A PeftModel is merged into its base first (on a copy; the training model keeps its
-    adapters), so the folder is a plain model. Files are written into a temporary folder
-    next to `path` and moved in one by one with an atomic rename each.
-    """
-    return _save_folder_atomically(model, tokenizer, path, merge_lora=True)
-
-
-def save_lora_adapters(model, tokenizer, path: str) -> str:
-    """PEFT adapter folder (adapter_model.safetensors + adapter_config.json + tokenizer),
-    loadable with `PeftModel.from_pretrained(base, path)`. Atomic like `save_hf_model`."""
-    if not is_peft_model(model):
-        raise CheckpointError("checkpoint.save_mode: 'lora' saves LoRA adapters, but the actor is not a LoRA "
-                              "(peft) model; set model.lora.rank > 0 or use --save_actor_only")
-    return _save_folder_atomically(model, tokenizer, path, merge_lora=False)
-
-
-def _save_pretrained(model, tokenizer, path: str, merge_lora: bool) -> None:
-    os.makedirs(path, exist_ok=True)
-    if is_peft_model(model) and merge_lora:
-        import copy
-
-        merged = copy.deepcopy(model).merge_and_unload()
-        merged.save_pretrained(path, safe_serialization=True)
-        del merged
-    else:
-        model.save_pretrained(path, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-
-
-def _fsync_tree(folder: str) -> None:
-    for rel in _files_under(folder):
-        fsync_path(os.path.join(folder, rel))
-    for root, dirs, _ in os.walk(folder):
-        for d in dirs:
-            fsync_path(os.path.join(root, d))
-    fsync_path(folder)
-
-
-def load_module_weights(model: torch.nn.Module, folder: str) -> None:
-    """Load the safetensors in `folder` (written by `save_pretrained` or `save_module`) into
-    `model` in place, so optimizers keep pointing at the same parameters.
-
-    Keys absent from the files are allowed only for tied parameters (e.g. GPT-2's lm_head,
-    which shares the embedding); anything else missing or unexpected is an error.
-    """
-    from safetensors.torch import load_file
-
-    if is_peft_model(model) and os.path.exists(os.path.join(folder, "adapter_model.safetensors")):
-        from peft import set_peft_model_state_dict
-
-        result = set_peft_model_state_dict(model, load_file(os.path.join(folder, "adapter_model.safetensors")))
-        unexpected = getattr(result, "unexpected_keys", []) or []
-        if unexpected:
-            raise CheckpointError(f"{folder}: adapter weights that the model does not have: {unexpected[:5]}")
-        return
-    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
-    if not files:
-        raise CheckpointError(f"{folder}: no .safetensors weights")
-    state = {}
-    for f in files:
-        state.update(load_file(f))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected:
-        raise CheckpointError(f"{folder}: weights the model does not have: {list(unexpected)[:5]}")
-    if missing:
-        by_name = dict(model.named_parameters(remove_duplicate=False))
-        by_name.update(dict(model.named_buffers(remove_duplicate=False)))
-        loaded_ids = {id(by_name[k]) for k in state if k in by_name}
-        untied = [k for k in missing if k not in by_name or id(by_name[k]) not in loaded_ids]
-        # Non-persistent buffers never reach state_dict; only parameters/persistent buffers count.
-        untied = [k for k in untied if k in dict(model.state_dict())]
-        if untied:
-            raise CheckpointError(f"{folder}: weights missing from the checkpoint: {untied[:5]}")
-
-
-def save_module(model: torch.nn.Module, path: str) -> None:
-    """A plain nn.Module (e.g. the critic's value model) as one safetensors file."""
-    from safetensors.torch import save_model
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    save_model(model, path)
 
 
 # ---------------------------------------------------------------------------
@@ -355,9 +118,9 @@ class CheckpointManager:
         os.makedirs(tmp)
         try:
             extra = write(tmp) or {}
-            _fsync_tree(tmp)
+            fsync_tree(tmp)
             files = {rel: {"size": os.path.getsize(os.path.join(tmp, rel)),
-                           "sha256": sha256_file(os.path.join(tmp, rel))} for rel in _files_under(tmp)}
+                           "sha256": sha256_file(os.path.join(tmp, rel))} for rel in files_under(tmp)}
             manifest = {"format": FORMAT_VERSION, "step": int(step), "kind": kind, "files": files,
                         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             manifest.update(meta or {})

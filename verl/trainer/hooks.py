@@ -18,8 +18,8 @@ import os
 
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
-from verl.trainer.checkpoint import (CheckpointError, CheckpointManager, _save_pretrained, is_peft_model,
-                                     load_module_weights, save_lora_adapters)
+from verl.trainer.checkpoint import CheckpointError, CheckpointManager
+from verl.trainer.model_files import is_peft_model, load_module_weights, save_lora_adapters, save_pretrained_into
 from verl.trainer.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
                                  write_run_state)
 from verl.trainer.signals import StopTraining, stop_requested
@@ -220,7 +220,7 @@ class RunHooks:
                 save_lora_adapters(t.actor.model, t.tokenizer, os.path.join(folder, "actor"))
         else:
             def write(folder):
-                _save_pretrained(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
+                save_pretrained_into(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
         path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
         if kind == "full":
             self._full_saved_at = t.global_step

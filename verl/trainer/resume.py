@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verl.config import ConfigError
-from verl.trainer.checkpoint import (CheckpointError, CheckpointManager, atomic_write_json, capture_rng,
-                                     load_module_weights, load_torch, read_manifest, restore_rng, save_module,
-                                     save_torch, verify_checkpoint, _save_pretrained)
+from verl.trainer.checkpoint import CheckpointError, CheckpointManager, read_manifest, verify_checkpoint
+from verl.trainer.durable_files import atomic_write_json, atomic_write_text, load_torch, save_torch
+from verl.trainer.model_files import load_module_weights, save_module, save_pretrained_into
+from verl.trainer.rng_state import capture_rng, restore_rng
 
 RUN_STATE = "run_state.json"
 LOG_FILES = ("metrics.jsonl", "samples.jsonl", "text.jsonl")
@@ -102,7 +103,7 @@ def trainer_state(trainer, reason: str) -> dict:
 
 def write_actor(trainer, folder: str) -> None:
     """actor/ as a Hugging Face folder (or PEFT adapters for a LoRA actor) with the tokenizer."""
-    _save_pretrained(trainer.actor.model, trainer.tokenizer, os.path.join(folder, "actor"), merge_lora=False)
+    save_pretrained_into(trainer.actor.model, trainer.tokenizer, os.path.join(folder, "actor"), merge_lora=False)
 
 
 def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
@@ -295,7 +296,6 @@ def _truncate_jsonl(path: str, last_step: int) -> None:
                 continue  # a line cut short by a crash
             if isinstance(row, dict) and int(row.get("step", 0)) <= last_step:
                 kept.append(json.dumps(row, ensure_ascii=False) + "\n")
-    from verl.trainer.checkpoint import atomic_write_text
 
     atomic_write_text(path, "".join(kept))
 

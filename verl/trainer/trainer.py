@@ -233,7 +233,7 @@ class Trainer:
     # ------------------------------------------------------------------ saving
     def save_actor(self, path: str) -> str:
         """Hugging Face folder (safetensors + tokenizer) loadable by AutoModelForCausalLM and vLLM."""
-        from verl.trainer.checkpoint import save_hf_model
+        from verl.trainer.model_files import save_hf_model
 
         return save_hf_model(self.actor.model, self.tokenizer, path)
 

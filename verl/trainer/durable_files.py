@@ -1,0 +1,90 @@
+"""Durable files: writes that a crash or `kill -9` leaves either old or new, never half, plus
+checksums and weights_only torch files. The building blocks of verl.trainer.checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import torch
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, corrupted or of the wrong kind (message says which)."""
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.path.isdir(path) else os.O_RDONLY
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return  # e.g. folders cannot be opened on some platforms; best effort
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_path(folder)
+
+
+def atomic_write_json(path: str, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def sha256_file(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def files_under(folder: str) -> list[str]:
+    out = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            out.append(os.path.relpath(os.path.join(root, name), folder))
+    return sorted(out)
+
+
+def fsync_tree(folder: str) -> None:
+    for rel in files_under(folder):
+        fsync_path(os.path.join(folder, rel))
+    for root, dirs, _ in os.walk(folder):
+        for d in dirs:
+            fsync_path(os.path.join(root, d))
+    fsync_path(folder)
+
+
+# weights_only-loadable torch objects
+
+
+def save_torch(obj, path: str) -> None:
+    """torch.save of plain tensors/dicts/lists/numbers (what weights_only loading accepts)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save(obj, path)
+
+
+def load_torch(path: str):
+    """torch.load(weights_only=True): tensors and plain containers only, never pickled code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - UnpicklingError and friends: refuse with the file named
+        raise CheckpointError(f"{path}: refused to load ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); only plain tensors and "
+                              "containers are accepted (weights_only=True)") from None

@@ -1,0 +1,116 @@
+"""Model weights on disk: Hugging Face folders (LoRA merged or as adapters), written atomically,
+and loading them back into a live module in place."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import torch
+
+from verl.trainer.durable_files import CheckpointError, files_under, fsync_path, fsync_tree
+
+
+def is_peft_model(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _save_folder_atomically(model, tokenizer, path: str, merge_lora: bool) -> str:
+    """save_pretrained into a temporary folder next to `path`, fsync, then move each file
+    in with an atomic rename (a crash never leaves a half-written file under its name)."""
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        save_pretrained_into(model, tokenizer, tmp, merge_lora=merge_lora)
+        fsync_tree(tmp)
+        for rel in files_under(tmp):
+            os.makedirs(os.path.dirname(os.path.join(path, rel)), exist_ok=True)
+            os.replace(os.path.join(tmp, rel), os.path.join(path, rel))
+        fsync_path(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def save_hf_model(model, tokenizer, path: str) -> str:
+    """safetensors weights + config + tokenizer: loadable by AutoModelForCausalLM and vLLM.
+
+    A PeftModel is merged into its base first (on a copy; the training model keeps its
+    adapters), so the folder is a plain model. Files are written into a temporary folder
+    next to `path` and moved in one by one with an atomic rename each.
+    """
+    return _save_folder_atomically(model, tokenizer, path, merge_lora=True)
+
+
+def save_lora_adapters(model, tokenizer, path: str) -> str:
+    """PEFT adapter folder (adapter_model.safetensors + adapter_config.json + tokenizer),
+    loadable with `PeftModel.from_pretrained(base, path)`. Atomic like `save_hf_model`."""
+    if not is_peft_model(model):
+        raise CheckpointError("checkpoint.save_mode: 'lora' saves LoRA adapters, but the actor is not a LoRA "
+                              "(peft) model; set model.lora.rank > 0 or use --save_actor_only")
+    return _save_folder_atomically(model, tokenizer, path, merge_lora=False)
+
+
+def save_pretrained_into(model, tokenizer, path: str, merge_lora: bool) -> None:
+    os.makedirs(path, exist_ok=True)
+    if is_peft_model(model) and merge_lora:
+        import copy
+
+        merged = copy.deepcopy(model).merge_and_unload()
+        merged.save_pretrained(path, safe_serialization=True)
+        del merged
+    else:
+        model.save_pretrained(path, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+
+
+def load_module_weights(model: torch.nn.Module, folder: str) -> None:
+    """Load the safetensors in `folder` (written by `save_pretrained` or `save_module`) into
+    `model` in place, so optimizers keep pointing at the same parameters.
+
+    Keys absent from the files are allowed only for tied parameters (e.g. GPT-2's lm_head,
+    which shares the embedding); anything else missing or unexpected is an error.
+    """
+    from safetensors.torch import load_file
+
+    if is_peft_model(model) and os.path.exists(os.path.join(folder, "adapter_model.safetensors")):
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, load_file(os.path.join(folder, "adapter_model.safetensors")))
+        unexpected = getattr(result, "unexpected_keys", []) or []
+        if unexpected:
+            raise CheckpointError(f"{folder}: adapter weights that the model does not have: {unexpected[:5]}")
+        return
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if not files:
+        raise CheckpointError(f"{folder}: no .safetensors weights")
+    state = {}
+    for f in files:
+        state.update(load_file(f))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected:
+        raise CheckpointError(f"{folder}: weights the model does not have: {list(unexpected)[:5]}")
+    if missing:
+        by_name = dict(model.named_parameters(remove_duplicate=False))
+        by_name.update(dict(model.named_buffers(remove_duplicate=False)))
+        loaded_ids = {id(by_name[k]) for k in state if k in by_name}
+        untied = [k for k in missing if k not in by_name or id(by_name[k]) not in loaded_ids]
+        # Non-persistent buffers never reach state_dict; only parameters/persistent buffers count.
+        untied = [k for k in untied if k in dict(model.state_dict())]
+        if untied:
+            raise CheckpointError(f"{folder}: weights missing from the checkpoint: {untied[:5]}")
+
+
+def save_module(model: torch.nn.Module, path: str) -> None:
+    """A plain nn.Module (e.g. the critic's value model) as one safetensors file."""
+    from safetensors.torch import save_model
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    save_model(model, path)
