@@ -222,6 +222,20 @@ def test_chunks_of_different_batch_sizes(tiny_qwen2):
     assert sorted(chunked.decoder.states) == [2, 4]
 
 
+def test_at_most_two_batch_sizes_keep_a_cache(tiny_qwen2):
+    """Batch sizes 3, 2, 1, 2: the cache of the least recently used size is dropped, and a batch
+    size that comes back gets a fresh cache that generates the same tokens."""
+    tokenizer, _, _, ours = engines(tiny_qwen2)
+    greedy = SamplingParams(n=1, max_new_tokens=8, greedy=True)
+    out = {k: ours.generate(prompt_batch(tokenizer, PROMPTS_BY_SIZE[k]), greedy).responses for k in (3, 2, 1)}
+    assert list(ours.decoder.states) == [2, 1]
+    again = ours.generate(prompt_batch(tokenizer, PROMPTS_BY_SIZE[3]), greedy).responses
+    assert list(ours.decoder.states) == [1, 3] and torch.equal(again, out[3])
+
+
+PROMPTS_BY_SIZE = {3: ["I love", "Hello there my friend", "The"], 2: ["I love", "The"], 1: ["Hello"]}
+
+
 def test_prompt_plus_new_tokens_must_fit_the_cache(tiny_qwen2):
     tokenizer, _, _, ours = engines(tiny_qwen2)
     with pytest.raises(ValueError, match="rollout.max_model_len: 64"):

@@ -43,6 +43,7 @@ from verl.rollout.sampling import pick_tokens, token_log_probs
 CHECK_EVERY = 8  # decode steps between "all rows done?" host syncs
 WARMUP_STEPS = 2  # eager decode steps (real ones) on a side stream before a graph is captured
 BUCKET = 64  # attention window granularity (cache slots)
+MAX_BATCH_STATES = 2  # KV caches (and their graphs) kept, one per batch size, least recently used dropped
 
 
 def _windowed_layer_class():
@@ -117,10 +118,18 @@ class StaticDecoder:
         self.graphs_captured = 0  # for tests and logs
 
     def _state(self, batch: int, device) -> _BatchState:
-        if batch not in self.states:
+        """The cache and graphs for this batch size. Each holds batch x max_len KV slots, so only
+        MAX_BATCH_STATES are kept (chunks of rollout.batch_size and a last, smaller chunk fit;
+        a run whose batch size keeps changing, e.g. dynamic sampling, re-captures instead of
+        accumulating caches)."""
+        state = self.states.pop(batch, None)
+        if state is None:
+            while len(self.states) >= MAX_BATCH_STATES:
+                self.states.pop(next(iter(self.states)))  # dicts keep insertion order: the least recent
             dtype = self.model.get_input_embeddings().weight.dtype
-            self.states[batch] = _BatchState(self.model, batch, self.max_len, device, dtype)
-        return self.states[batch]
+            state = _BatchState(self.model, batch, self.max_len, device, dtype)
+        self.states[batch] = state  # now the most recent
+        return state
 
     # -- the step, shared by prefill and decode ------------------------------------------------
 
