@@ -273,7 +273,7 @@ def test_config_errors(tmp_path, tiny_qwen2):
         _cfg(tmp_path, **needs, **{"rollout.hf_weight_copy": "true"})
     with pytest.raises(ConfigError, match="rollout.decode_loop: verl is the Hugging Face backend's loop"):
         _cfg(tmp_path, **needs, **{"rollout.name": "vllm"})
-    with pytest.raises(ValueError, match="rollout.decode_loop: verl needs"):  # built without finalize_config
+    with pytest.raises(ConfigError, match="set rollout.hf_weight_copy: true"):  # built without finalize_config
         HFRollout(load(tiny_qwen2, torch.float32), load_tokenizer(tiny_qwen2), RolloutConfig(decode_loop="verl"))
 
 

@@ -63,17 +63,16 @@ def _check_reward(rf: RewardFnConfig, key: str) -> None:
             _check_reward(comp, f"{key}.components[{i}]")
 
 
-def _check_hf_rollout(r, m) -> None:
-    """rollout.hf_weight_copy / rollout.cache_implementation: Hugging Face backend only; a static
-    cache needs weights in the compute dtype (it holds one dtype, see verl.rollout.hf_rollout)."""
+def check_hf_rollout_keys(r) -> None:
+    """rollout.hf_weight_copy / cache_implementation / decode_loop: allowed values and the keys
+    each needs, from the rollout section alone (HFRollout calls this too: it can be built without
+    a finalized config)."""
     _choice(r.cache_implementation, ("dynamic", "static"), "rollout.cache_implementation")
+    _choice(r.decode_loop, ("transformers", "verl"), "rollout.decode_loop")
     if r.name != "hf" and r.hf_weight_copy:
         raise ConfigError(f"rollout.hf_weight_copy: only for rollout.name: hf (got rollout.name: {r.name})")
     if r.name != "hf" and r.cache_implementation != "dynamic":
         raise ConfigError(f"rollout.cache_implementation: only for rollout.name: hf (got rollout.name: {r.name})")
-    # Full fine-tuning keeps fp32 master weights (a LoRA base loads in model.dtype).
-    fp32_weights = m.lora.rank == 0
-    _choice(r.decode_loop, ("transformers", "verl"), "rollout.decode_loop")
     if r.decode_loop == "verl":
         if r.name != "hf":
             raise ConfigError(f"rollout.decode_loop: verl is the Hugging Face backend's loop (got rollout.name: {r.name})")
@@ -82,6 +81,14 @@ def _check_hf_rollout(r, m) -> None:
         if r.cache_implementation != "static":
             raise ConfigError("rollout.decode_loop: verl decodes into a static KV cache; set "
                               "rollout.cache_implementation: static")
+
+
+def _check_hf_rollout(r, m) -> None:
+    """The rollout keys above, and: a static cache needs weights in the compute dtype (it holds
+    one dtype, see verl.rollout.hf_rollout)."""
+    check_hf_rollout_keys(r)
+    # Full fine-tuning keeps fp32 master weights (a LoRA base loads in model.dtype).
+    fp32_weights = m.lora.rank == 0
     if r.cache_implementation == "static" and not r.hf_weight_copy and fp32_weights and m.dtype != "float32":
         raise ConfigError(f"rollout.cache_implementation: static under model.dtype: {m.dtype} autocast over the "
                           f"actor's float32 weights needs rollout.hf_weight_copy: true")

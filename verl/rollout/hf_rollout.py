@@ -34,12 +34,11 @@ import time
 import torch
 
 from verl.batch import Batch
+from verl.config_checks import check_hf_rollout_keys
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
 from verl.workers.logprobs import unwrap_hf
-
-CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 
 
 # ---------------------------------------------------------------------------
@@ -147,16 +146,11 @@ class HFRollout(RolloutEngine):
         """model: the actor's module; compute_dtype: the dtype forwards run in (None: the weights' own)."""
         self.tokenizer = tokenizer
         self.chunk = rollout_cfg.batch_size  # sequences per generate() call; None = all
-        if rollout_cfg.cache_implementation not in CACHE_IMPLEMENTATIONS:
-            raise ValueError(f"rollout.cache_implementation: '{rollout_cfg.cache_implementation}' is not one of "
-                             f"{', '.join(CACHE_IMPLEMENTATIONS)}")
+        check_hf_rollout_keys(rollout_cfg)
         static = rollout_cfg.cache_implementation == "static"
         self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
         self.weight_copy = bool(rollout_cfg.hf_weight_copy)
-        own_loop = getattr(rollout_cfg, "decode_loop", "transformers") == "verl"
-        if own_loop and not (self.weight_copy and static):
-            raise ValueError("rollout.decode_loop: verl needs rollout.hf_weight_copy: true and "
-                             "rollout.cache_implementation: static")
+        own_loop = rollout_cfg.decode_loop == "verl"
         self.decoder = None
         if self.weight_copy:
             dtype = compute_dtype or unwrap_hf(model).dtype
