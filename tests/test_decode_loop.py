@@ -20,7 +20,7 @@ from verl.models.loading import load_tokenizer
 from verl.rollout.base import SamplingParams
 from verl.rollout.decode_loop import CHECK_EVERY, StaticDecoder, window_for
 from verl.rollout.hf_rollout import HFRollout, first_stop_prefix
-from verl.rollout.sampling import filter_top_k_top_p, sample_next
+from verl.rollout.sampling import filter_top_k_top_p, pick_tokens, token_log_probs
 
 MAX_LEN = 64
 
@@ -76,18 +76,19 @@ def test_exponential_race_samples_the_softmax():
     cases = [(1.0, 0, [0.1, 0.2, 0.3, 0.4]), (0.5, 0, [1 / 30, 4 / 30, 9 / 30, 16 / 30]),
              (1.0, 2, [0, 0, 3 / 7, 4 / 7])]
     for temperature, top_k, expected in cases:
-        tokens, log_probs = sample_next(logits, temperature, top_k, 1.0, greedy=False)
+        tokens = pick_tokens(logits, temperature, top_k, 1.0, greedy=False)
+        log_probs = token_log_probs(logits, tokens, temperature)
         freq = torch.bincount(tokens, minlength=4).float() / len(tokens)
         torch.testing.assert_close(freq, torch.tensor(expected), atol=0.005, rtol=0)
         full = torch.log_softmax(base / temperature, dim=-1)
         torch.testing.assert_close(log_probs, full[tokens])
 
 
-def test_greedy_is_argmax_with_temperature_one_log_probs():
+def test_greedy_is_argmax_of_the_raw_logits():
     logits = torch.tensor([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
-    tokens, log_probs = sample_next(logits, 0.1, 1, 0.5, greedy=True)  # T, top-k, top-p ignored
+    tokens = pick_tokens(logits, 0.1, 1, 0.5, greedy=True)  # T, top-k, top-p ignored
     assert tokens.tolist() == [1, 2]
-    torch.testing.assert_close(log_probs, torch.log_softmax(logits, -1)[[0, 1], [1, 2]])
+    torch.testing.assert_close(token_log_probs(logits, tokens, 1.0), torch.log_softmax(logits, -1)[[0, 1], [1, 2]])
 
 
 # ---------------------------------------------------------------------------

@@ -36,6 +36,8 @@ Sliding-window cache layers would need another mask: such models are refused.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from verl.rollout.sampling import pick_tokens, token_log_probs
@@ -46,6 +48,7 @@ BUCKET = 64  # attention window granularity (cache slots)
 MAX_BATCH_STATES = 2  # KV caches (and their graphs) kept, one per batch size, least recently used dropped
 
 
+@functools.cache
 def _windowed_layer_class():
     from transformers.cache_utils import StaticLayer
 
@@ -115,7 +118,7 @@ class StaticDecoder:
         self.use_cuda_graph = device.type == "cuda" if use_cuda_graph is None else bool(use_cuda_graph)
         self.pool = torch.cuda.graph_pool_handle() if self.use_cuda_graph else None
         self.states: dict[int, _BatchState] = {}
-        self.graphs_captured = 0  # for tests and logs
+        self.graphs_captured = 0  # captures so far (read by the tests)
 
     def _state(self, batch: int, device) -> _BatchState:
         """The cache and graphs for this batch size. Each holds batch x max_len KV slots, so only
@@ -137,11 +140,11 @@ class StaticDecoder:
         """Sample from logits (B, V), write token and log-prob at column `step`, update done."""
         temperature, top_k, top_p, greedy = sampling_key
         eos_logit = logits.index_select(1, st.eos_index)[:, 0]
-        banned = torch.where(st.step < st.min_new, torch.full_like(eos_logit, float("-inf")), eos_logit)
+        banned = eos_logit.masked_fill(st.step < st.min_new, float("-inf"))
         allowed = logits.index_copy(1, st.eos_index, banned[:, None])
         tokens = pick_tokens(allowed, temperature, top_k, top_p, greedy)
         log_probs = token_log_probs(logits, tokens, 1.0 if greedy else temperature)
-        tokens = torch.where(st.done, torch.full_like(tokens, self.pad_id), tokens)
+        tokens = tokens.masked_fill(st.done, self.pad_id)
         column = st.step.view(1)
         st.tokens.index_copy_(1, column, tokens[:, None])
         st.log_probs.index_copy_(1, column, log_probs[:, None])

@@ -38,6 +38,7 @@ from verl.config_checks import check_hf_rollout_keys
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.sampling import token_log_probs
 from verl.workers.logprobs import unwrap_hf
 
 
@@ -235,9 +236,8 @@ class HFRollout(RolloutEngine):
         # Raw logits / temperature: the distribution the actor recomputes (top-p/top-k
         # truncation is a sampling detail the policy-gradient ratio does not model).
         # One decode step at a time, on the device: never a (b, steps, V) float32 copy.
-        logp = torch.stack([
-            torch.log_softmax(step_logits.float() / temperature, dim=-1).gather(-1, seqs_dev[:, i:i + 1]).squeeze(-1)
-            for i, step_logits in enumerate(out.logits)], dim=1)  # (b, steps)
+        logp = torch.stack([token_log_probs(step_logits, seqs_dev[:, i], temperature)
+                            for i, step_logits in enumerate(out.logits)], dim=1)  # (b, steps)
         return seqs_dev, logp
 
     def _finish(self, seqs: torch.Tensor, logp: torch.Tensor, sampling: SamplingParams):

@@ -58,10 +58,3 @@ def pick_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(logits / T)[token] per row: (B, V), (B,) -> (B,) float32."""
     return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def sample_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool):
-    """logits: (B, V) -> (tokens (B,), log-probs (B,)): the log-prob under the unfiltered
-    softmax(logits / T), T = 1 for greedy."""
-    tokens = pick_tokens(logits, temperature, top_k, top_p, greedy)
-    return tokens, token_log_probs(logits, tokens, 1.0 if greedy else temperature)

@@ -71,7 +71,7 @@ def fsync_tree(folder: str) -> None:
     fsync_path(folder)
 
 
-# weights_only-loadable torch objects
+# Torch objects with weights_only-loadable contents
 
 
 def save_torch(obj, path: str) -> None:
