@@ -49,6 +49,8 @@ def test_unknown_section_suggestion():
     ({"reward_fn": {"type": "python"}}, "reward_fn.function"),
     ({"reward_fn": {"type": "huggingface_rm"}}, "reward_fn.model_name"),
     ({"model": {"use_flash_attention": "maybe"}}, "model.use_flash_attention"),
+    ({"model": {"attn_implementation": "flash"}}, "model.attn_implementation"),
+    ({"model": {"attn_implementation": "eager", "use_flash_attention": True}}, "model.attn_implementation"),
     ({"critic": {"share_actor": True, "name": "some/critic"}}, "critic.share_actor"),
     ({"critic": {"share_actor": True}, "distributed": {"backend": "ray"}}, "critic.share_actor"),
     ({"critic": {"share_actor": True, "vf_coef": 0}}, "critic.vf_coef"),
@@ -57,6 +59,24 @@ def test_bad_values_name_the_key(data, key):
     with pytest.raises(ConfigError) as exc:
         config_from_dict(data)
     assert key in str(exc.value)
+
+
+def test_attn_implementation_auto_picks_eager_for_low_precision_cpu():
+    """auto: SDPA everywhere except a bf16/fp16 model on the CPU (eager); explicit values win."""
+    from verl.models.loading import attn_implementation
+
+    def pick(dtype="float32", impl="auto", device_type=None, override=None):
+        return attn_implementation(config_from_dict({"model": {"dtype": dtype, "attn_implementation": impl}}).model,
+                                   device_type, override)
+
+    assert pick("bfloat16", device_type="cpu") == "eager"
+    assert pick("float16", device_type="cpu") == "eager"
+    assert pick("float32", device_type="cpu") == "sdpa"
+    assert pick("bfloat16", device_type="cuda") == "sdpa"
+    assert pick("bfloat16") == "sdpa"
+    assert pick("bfloat16", "sdpa", "cpu") == "sdpa"
+    assert pick("float32", "eager", "cuda") == "eager"
+    assert pick("float32", device_type="cpu", override="bfloat16") == "eager"  # critic.dtype
 
 
 def test_batch_arithmetic_must_divide():

@@ -128,3 +128,101 @@ def test_full_logits_never_materialised(model):
     assert chunked.peak < naive.peak
     logits_bytes = 4 * full
     assert naive.peak - chunked.peak > logits_bytes  # at least one full fp32 logits tensor saved
+
+
+def _head_problem(n=13, h=8, v=50, bias=True, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=gen).to(device).requires_grad_()
+    head = torch.nn.Linear(h, v, bias=bias).to(device)
+    targets = torch.randint(0, v, (n,), generator=gen).to(device)
+    g_lp, g_ent = torch.randn(n, generator=gen).to(device), torch.randn(n, generator=gen).to(device)
+    return hidden, head, targets, g_lp, g_ent
+
+
+def _head_grads(hidden, head, targets, g_lp, g_ent, autocast=False, **kw):
+    with torch.autocast(hidden.device.type, dtype=torch.bfloat16, enabled=autocast):
+        lp, ent = head_log_probs(hidden, head, targets, temperature=0.7, chunk_size=5, **kw)
+    params = (hidden, head.weight) + ((head.bias,) if head.bias is not None else ())
+    return (lp, ent) + torch.autograd.grad((lp * g_lp).sum() + (ent * g_ent).sum(), params)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_keep_logits_equals_recompute(autocast, bias, device):
+    """training.logprob_keep_logits: values equal (CPU: bit-identical, same logits and per-chunk
+    math; CUDA: cuBLAS picks other kernels for 300 rows than for 5, so the logits differ by
+    rounding: float32 1e-5, bf16 one bf16 step of logits ~4 -> 2e-2); gradients equal up to
+    summation order (one matmul over all rows instead of a float32 sum of per-chunk matmuls):
+    float32 1e-6 (TF32 is off by default), bf16 within a bf16 rounding (2^-8) of the largest."""
+    prob = _head_problem(n=300, h=64, v=1000, bias=bias, device=device)
+    got = _head_grads(*prob, autocast=autocast, keep_logits=True)
+    want = _head_grads(*prob, autocast=autocast, keep_logits=False)
+    if device == "cpu":
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    else:
+        atol = 2e-2 if autocast else 1e-5
+        assert torch.allclose(got[0], want[0], atol=atol) and torch.allclose(got[1], want[1], atol=atol)
+    tol = 2 ** -7 if autocast else 1e-6
+    for a, b in zip(got[2:], want[2:]):
+        assert a.dtype == b.dtype
+        assert torch.allclose(a, b, atol=tol * float(b.abs().max()), rtol=tol)
+
+
+def test_keep_logits_memory_and_single_backward():
+    """Keep mode holds one (N, V) logits tensor in the matmul dtype (created once, never in
+    float32); a no-grad call keeps nothing; a second backward through kept logits is refused."""
+    n, v = 40, 300
+    hidden, head, targets, g_lp, g_ent = _head_problem(n=n, v=v)
+    with AllocationTracker() as tracker, torch.autocast("cpu", dtype=torch.bfloat16):
+        lp, ent = head_log_probs(hidden, head, targets, chunk_size=8, keep_logits=True)
+    assert tracker.largest == n * v  # the bf16 logits; the float32 math ran on 8-row chunks
+    loss = (lp * g_lp).sum() + (ent * g_ent).sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="logprob_keep_logits"):
+        loss.backward()
+    with torch.no_grad(), AllocationTracker() as tracker:
+        head_log_probs(hidden, head, targets, chunk_size=8, keep_logits=True)
+    assert tracker.largest < n * v
+
+
+def test_cpu_row_blocks_change_nothing(monkeypatch):
+    """The CPU runs the float32 softmax math in cache-sized row blocks: blocks of 1 row give
+    bit-identical values and gradients to whole chunks (every op is row-wise)."""
+    import verl.workers.logprobs as lp_mod
+
+    prob = _head_problem(n=17)
+    for keep in (False, True):
+        monkeypatch.setattr(lp_mod, "CPU_MATH_BYTES", 1 << 40)  # whole 5-row chunks
+        whole = _head_grads(*prob, keep_logits=keep)
+        monkeypatch.setattr(lp_mod, "CPU_MATH_BYTES", 1)  # one row per pass
+        rows = _head_grads(*prob, keep_logits=keep)
+        for a, b in zip(rows, whole):
+            assert torch.equal(a, b)
+
+
+def test_trainer_step_keep_logits_equals_recompute(tmp_path, monkeypatch, tiny_gpt2):
+    """A PPO step (entropy bonus, KL loss) with training.logprob_keep_logits: the same metrics
+    and first actor gradients as the default recomputing head (float32: summation order only)."""
+    import math
+
+    from conftest import capture_first_grads, small_overrides
+    from verl import create_trainer, load_config
+
+    def step(tag, keep):
+        captured = capture_first_grads(monkeypatch)
+        over = {"training.batch_size": 4, "training.micro_batch_size": 2, "training.total_steps": 1,
+                "rollout.max_new_tokens": 12, "checkpoint.save_dir": str(tmp_path / tag), "algorithm.name": "ppo",
+                "algorithm.use_kl_loss": "true", "algorithm.kl_loss_coef": 0.1, "algorithm.entropy_coeff": 0.01,
+                "training.logprob_chunk_size": 5, "training.logprob_keep_logits": keep}
+        metrics = create_trainer(load_config(None, small_overrides(tmp_path, **over))).step()
+        return captured["actor"], metrics
+
+    g0, m0 = step("recompute", "false")
+    g1, m1 = step("keep", "true")
+    for key in ("actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/grad_norm"):
+        assert math.isclose(m0[key], m1[key], rel_tol=1e-5, abs_tol=1e-7), key
+    assert len(g0) == len(g1) > 0
+    for a, b in zip(g0, g1):
+        assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()), rtol=1e-4)

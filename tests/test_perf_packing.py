@@ -131,3 +131,35 @@ def test_trainer_step_packed_equals_padded(tmp_path, monkeypatch, tiny_gpt2, cri
         assert len(pad[role]) == len(pk[role]) > 0
         for i, (a, b) in enumerate(zip(pad[role], pk[role])):
             assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()), rtol=1e-3), (role, i, (a - b).abs().max())
+
+
+def test_cpu_low_precision_packed_attention_is_eager_math(monkeypatch):
+    """On the CPU in bf16, packed attention runs per-sequence matmuls + float32 softmax: in
+    float32 that math equals per-sequence causal SDPA (values and gradients, 1e-5), and the
+    attention function in bf16 autocast stays within bf16 rounding of the float32 result."""
+    import verl.workers.packing as packing
+    from verl.workers.packing import _segments_eager, _segments_sdpa, packed_attention_forward
+
+    gen = torch.Generator().manual_seed(0)
+    cu_list = [0, 5, 6, 13]
+    hq, hk, d, n = 4, 2, 8, cu_list[-1]
+    q = torch.randn(1, hq, n, d, generator=gen, requires_grad=True)
+    k = torch.randn(1, hk, n, d, generator=gen, requires_grad=True)
+    v = torch.randn(1, hk, n, d, generator=gen, requires_grad=True)
+    g = torch.randn(1, n, hq, d, generator=gen)
+
+    def run(fn):
+        kr, vr = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
+        out = fn(q, kr, vr, cu_list, d ** -0.5, 0.0)
+        return (out,) + torch.autograd.grad((out * g).sum(), (q, k, v))
+
+    for a, b in zip(run(_segments_eager), run(_segments_sdpa)):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+    want = run(_segments_sdpa)[0]
+    cu = torch.tensor(cu_list, dtype=torch.int32)
+    calls = []
+    monkeypatch.setattr(packing, "_segments_eager", lambda *a: calls.append(1) or _segments_eager(*a))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = packed_attention_forward(None, q.bfloat16(), k.bfloat16(), v.bfloat16(), None,
+                                          cu_seq_lens_q=cu, max_length_q=7)
+    assert calls and got.dtype == torch.bfloat16 and torch.allclose(got.float(), want, atol=3e-2)

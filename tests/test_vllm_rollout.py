@@ -334,3 +334,28 @@ def test_engine_keeps_torch_threads_usable(engine):
     assert torch.get_num_threads() == 1
     torch.set_num_threads(before)
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+@pytest.mark.parametrize("setting,want", [(None, True), (False, False), (True, True)])
+def test_enforce_eager_reaches_the_engine(monkeypatch, llama_path, tokenizer, setting, want):
+    """rollout.enforce_eager: unset -> eager on the CPU (no compile at engine start); false ->
+    vLLM compiles its model. The engine constructor is stubbed: only the kwargs are checked."""
+    import dataclasses
+
+    import vllm
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_llm(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(vllm, "LLM", fake_llm)
+    cfg = dataclasses.replace(RolloutConfig(kv_cache_gb=0.25, max_model_len=256, max_num_seqs=16, seed=1),
+                              enforce_eager=setting)
+    with pytest.raises(Stop):
+        VLLMRollout(llama_path, tokenizer, cfg, dtype="float32", device="cpu")
+    assert seen["enforce_eager"] is want

@@ -17,6 +17,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 POLICY_LOSSES = ("ppo", "gspo", "reinforce")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 LOG_BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
 
 
@@ -106,6 +107,10 @@ def finalize_config(cfg: Config) -> Config:
 
     _choice(m.type, ("huggingface",), "model.type")
     _choice(m.dtype, DTYPES, "model.dtype")
+    _choice(m.attn_implementation, ATTN_IMPLEMENTATIONS, "model.attn_implementation")
+    if m.use_flash_attention and m.attn_implementation not in ("auto", "flash_attention_2"):
+        raise ConfigError(f"model.use_flash_attention: true contradicts model.attn_implementation: "
+                          f"{m.attn_implementation}; keep one of them")
     if cfg.critic.dtype is not None:
         _choice(cfg.critic.dtype, DTYPES, "critic.dtype")
     _choice(cfg.critic.type, ("huggingface",), "critic.type")

@@ -41,7 +41,7 @@ class Actor:
         lora = lora_enabled(config.model)
         # Full fine-tuning keeps float32 master weights; a LoRA base is frozen, so model.dtype.
         load_dtype = self.compute_dtype if lora else torch.float32
-        self.model = model if model is not None else load_causal_lm(config.model, load_dtype)
+        self.model = model if model is not None else load_causal_lm(config.model, load_dtype, device_type=device.type)
         if lora:
             self.model = apply_lora(self.model, config.model.lora)
         if config.model.enable_gradient_checkpointing:
@@ -86,9 +86,10 @@ class Actor:
                 rh = response_hidden(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
                                      packed=packed, packing_mode=self.packing_mode)
             if with_logp:
+                t = self.config.training
                 lp, e = head_log_probs(rh.hidden, lm_head(self.model), rh.targets, self.temperature,
-                                       self.config.training.logprob_chunk_size, with_entropy,
-                                       fused=self.config.model.torch_compile)
+                                       t.logprob_chunk_size, with_entropy, fused=self.config.model.torch_compile,
+                                       keep_logits=t.logprob_keep_logits)
                 logp, ent = rh.unpack(lp), rh.unpack(e)
             if values is not None:
                 hidden = rh.hidden.detach() if values == "head" else rh.hidden

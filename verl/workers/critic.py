@@ -16,7 +16,7 @@ from verl.algorithms.value_loss import explained_variance
 from verl.algorithms.value_loss import compute_value_loss
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
-from verl.models.loading import ModelLoadError, _attn_implementation, _path_or_hub, disable_dropout, torch_dtype
+from verl.models.loading import ModelLoadError, _path_or_hub, attn_implementation, disable_dropout, torch_dtype
 from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
 from verl.workers.offload import IdleOffload
 from verl.workers.packing import pack_batch, packed_forward, prepare_packing
@@ -51,7 +51,7 @@ class ValueModel(torch.nn.Module):
         return self.value_head(hidden[packed.pred_index]).squeeze(-1).float()
 
 
-def load_value_model(config) -> ValueModel:
+def load_value_model(config, device_type: str | None = None) -> ValueModel:
     from transformers import AutoModel
 
     c = config.critic
@@ -60,7 +60,8 @@ def load_value_model(config) -> ValueModel:
     path = _path_or_hub(name, key)
     try:
         trunk = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=c.trust_remote_code,
-                                          attn_implementation=_attn_implementation(config.model.use_flash_attention))
+                                          attn_implementation=attn_implementation(config.model, device_type,
+                                                                                   c.dtype))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{key}: cannot load a critic backbone from '{name}': {str(exc).splitlines()[0]}") from None
     disable_dropout(trunk)
@@ -73,7 +74,7 @@ class Critic:
         self.config = config
         self.device = device
         self.compute_dtype = torch_dtype(config.critic.dtype or config.model.dtype)
-        self.model = (model or load_value_model(config)).to(device)
+        self.model = (model or load_value_model(config, device.type)).to(device)
         if config.model.enable_gradient_checkpointing:
             self.model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         t = config.training
