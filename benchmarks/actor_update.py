@@ -9,6 +9,8 @@ lengths vary widely, once per micro-batching variant:
     packed        `training.use_packed_samples` + the same token budget (one packed row)
     packed+compile the same with `model.torch_compile` (decoder layers compiled; the warm-up
                   update pays the compile time and is not timed)
+    packed+compile+keep  the same with `training.logprob_keep_logits` (the head's bf16 logits
+                  kept for the backward instead of recomputed)
 
 Tokens/s counts real (non-pad) tokens; MFU = model FLOPs / time / bf16 peak, with model
 FLOPs from `common.train_flops` (trunk on all tokens, LM head on response tokens, causal
@@ -54,7 +56,8 @@ def make_batch(n: int, prompt_range, response_range, vocab: int, seed: int = 0):
 
 
 def make_config(device, n: int, micro: int, budget, packed: bool, dtype: str, chunk: int, grad_ckpt: bool = False,
-                offload: bool = False, lora_rank: int = 0, max_new_tokens: int = 2048, compile: bool = False):
+                offload: bool = False, lora_rank: int = 0, max_new_tokens: int = 2048, compile: bool = False,
+                keep_logits: bool = False):
     from verl.config import config_from_dict
 
     return config_from_dict({
@@ -65,7 +68,7 @@ def make_config(device, n: int, micro: int, budget, packed: bool, dtype: str, ch
         "rollout": {"n": 2, "max_new_tokens": max_new_tokens, "temperature": 1.0},
         "training": {"batch_size": n // 2, "mini_batch_size": n, "micro_batch_size": micro, "num_epochs": 1,
                      "max_tokens_per_micro_batch": budget, "use_packed_samples": packed, "lr": 1e-6,
-                     "logprob_chunk_size": chunk, "offload_optimizer": offload},
+                     "logprob_chunk_size": chunk, "offload_optimizer": offload, "logprob_keep_logits": keep_logits},
         "data": {"max_prompt_length": 64},
         "logging": {"backends": [], "progress_bar": False},
     })
@@ -76,6 +79,7 @@ VARIANTS = {
     "padded+budget": dict(packed=False, budget=True),
     "packed": dict(packed=True, budget=True),
     "packed+compile": dict(packed=True, budget=True, compile=True),
+    "packed+compile+keep": dict(packed=True, budget=True, compile=True, keep=True),
 }
 
 
@@ -97,7 +101,8 @@ def run(args) -> list[dict]:
     for name in args.variants:
         v = VARIANTS[name]
         cfg = make_config(device, args.batch, args.micro_batch, args.budget if v["budget"] else None, v["packed"],
-                          dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False))
+                          dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False),
+                          keep_logits=v.get("keep", False))
         row = dict(variant=name, arch=args.arch, params_m=round(n_params / 1e6), sequences=args.batch,
                    tokens=n_tokens)
         actor = None

@@ -18,7 +18,9 @@ Systems:
     verl-hf-graph    the copy, the static cache and rollout.decode_loop=verl: verl's own decode loop over the
                      same transformers model (one CUDA graph per decode step) instead of model.generate
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
-    trl              TRL GRPOTrainer, transformers generate (its default)
+    trl              TRL GRPOTrainer, transformers generate (its default), SDPA attention
+    trl-eager        TRL with eager attention (model_init_kwargs attn_implementation="eager"): on the
+                     CPU in bf16 faster than SDPA, the attention verl picks there (model.attn_implementation auto)
     trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
     trl-bf16-static  TRL's fastest HF configuration: the model loaded in bf16 (GRPOConfig's
                      model_init_kwargs={"dtype": "bfloat16"}; weights, gradients and AdamW states all
@@ -52,7 +54,8 @@ import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-static", "trl-bf16-static")
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-eager", "trl-static",
+           "trl-bf16-static")
 # verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation, rollout.decode_loop)
 VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic", "transformers"), "verl-hf-copy": (True, "dynamic", "transformers"),
                    "verl-hf-static": (True, "static", "transformers"), "verl-hf-graph": (True, "static", "verl")}
@@ -88,14 +91,16 @@ def worker_verl(args) -> dict:
     hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
     cfg = config_from_dict({
         "device": str(device),
-        "model": {"name": args.model_path, "dtype": args.dtype},
+        "model": {"name": args.model_path, "dtype": args.dtype, "torch_compile": args.compile},
         "algorithm": {"name": "grpo", "use_kl_loss": False, "loss_agg_mode": "token-mean"},
         "rollout": {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
                     "top_p": 1.0, "top_k": 0, "max_num_seqs": max(64, args.prompts * args.group),
                     "gpu_memory_utilization": 0.3, "kv_cache_gb": 1.0, "enable_sleep_mode": False,
+                    "enforce_eager": False if args.vllm_compile else None,
                     "hf_weight_copy": hf_copy, "cache_implementation": cache, "decode_loop": decode_loop},
         "training": {"total_steps": total + 10, "batch_size": args.prompts, "micro_batch_size": args.micro_batch,
-                     "lr": 1e-6, "use_packed_samples": args.packed, "logprob_chunk_size": 4096},
+                     "lr": 1e-6, "use_packed_samples": args.packed, "logprob_chunk_size": 4096,
+                     "logprob_keep_logits": args.keep_logits},
         "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
         "data": {"prompts": make_prompts(args.prompts * (total + 1), args.prompt_words), "apply_chat_template": False,
                  "max_prompt_length": 1024, "shuffle": False, "baseline_prompt": None},
@@ -135,7 +140,8 @@ def worker_trl(args) -> dict:
     tok.padding_side = "left"
     # TRL loads the model itself (model_init_kwargs): fp32 master weights, or bf16 weights for trl-bf16-static.
     bf16_weights = args.system == "trl-bf16-static"
-    model_init_kwargs = {"dtype": "bfloat16" if bf16_weights else "float32", "attn_implementation": "sdpa"}
+    model_init_kwargs = {"dtype": "bfloat16" if bf16_weights else "float32",
+                         "attn_implementation": "eager" if args.system == "trl-eager" else "sdpa"}
     prompts = make_prompts(args.prompts * (total + 1), args.prompt_words)
     steps: list[dict] = []
     gen_s = [0.0]
@@ -219,8 +225,8 @@ def run_all(args) -> list[dict]:
                "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--warmup",
                str(args.warmup), "--prompt-words", str(args.prompt_words), "--micro-batch", str(args.micro_batch),
                "--dtype", args.dtype]
-        if args.packed:
-            cmd.append("--packed")
+        cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
+                                      ("--compile", args.compile), ("--vllm-compile", args.vllm_compile)) if on]
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
         if args.threads:
@@ -262,7 +268,9 @@ def _report(args, info, rows, quiet=False):
              f"(autocast over fp32 master weights; verl-hf-copy/-static generate with a {args.dtype} copy, "
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
-             f"x_best_trl = over the fastest TRL configuration run.")
+             f"x_best_trl = over the fastest TRL configuration run. verl options: "
+             f"{', '.join(f for f, on in (('use_packed_samples', args.packed), ('logprob_keep_logits', args.keep_logits), ('torch_compile', args.compile), ('rollout.enforce_eager false', args.vllm_compile)) if on) or 'defaults'}"
+             f"; attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA).")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 
@@ -279,6 +287,11 @@ def parse(argv=None):
     ap.add_argument("--prompt-words", type=int, default=16)
     ap.add_argument("--micro-batch", type=int, default=None, help="verl micro_batch_size (default: all)")
     ap.add_argument("--packed", action="store_true", help="verl: training.use_packed_samples")
+    ap.add_argument("--keep-logits", action="store_true", help="verl: training.logprob_keep_logits")
+    ap.add_argument("--compile", action="store_true",
+                    help="verl: model.torch_compile (the warm-up step pays the compile time)")
+    ap.add_argument("--vllm-compile", action="store_true",
+                    help="verl-vllm: rollout.enforce_eager false on the CPU too (engine start pays the compile)")
     ap.add_argument("--threads", type=int, default=0,
                     help="CPU threads per system (0: PyTorch's default). 1 keeps timings sane on a busy machine, "
                          "where two threads wait on each other at every op")

@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (name, share of the budget, script, GPU args, CPU --tiny args)
 STAGES = [
     ("actor", 0.32, "actor_update.py", ["--arch", "qwen2-1.5b", "--variants", "padded", "padded+budget", "packed", "packed+compile",
-                                        "--repeats", "2"], ["--tiny", "--variants", "padded", "packed"]),
+                                        "packed+compile+keep", "--repeats", "2"], ["--tiny", "--variants", "padded", "packed"]),
     ("e2e", 0.30, "e2e_grpo.py", ["--systems", "verl-hf", "verl-hf-static", "verl-hf-graph", "trl", "trl-bf16-static",
                                   "--max-new-tokens", "128", "--steps", "3", "--timeout", "200"], ["--tiny"]),
     ("ladder", 0.24, "memory.py", ["--ladder", "--no-configs", "--no-logits", "--probe-timeout", "90"],
