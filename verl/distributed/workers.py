@@ -178,7 +178,7 @@ class ActorWorker(TrainableWorker):
         from verl.models.loading import load_causal_lm
 
         torch.manual_seed(config.seed)
-        model = load_causal_lm(config.model, torch.float32)
+        model = load_causal_lm(config.model, torch.float32, device_type=self.device.type)
         fsdp.broadcast_from_rank0(model, self.device)
         fsdp.shard_model(model, self.device, _param_dtype(config))
         self.role = ShardedActor(config, self.device, model, self.rank, self.world_size)
@@ -221,7 +221,7 @@ class CriticWorker(TrainableWorker):
         from verl.workers.critic import load_value_model
 
         torch.manual_seed(config.seed)
-        model = load_value_model(config)
+        model = load_value_model(config, self.device.type)
         fsdp.broadcast_from_rank0(model, self.device)  # the value head is drawn at random: make ranks agree
         fsdp.shard_model(model, self.device, _param_dtype(config, config.critic.dtype))
         self.role = ShardedCritic(config, self.device, model, self.rank, self.world_size)
@@ -237,7 +237,7 @@ class ReferenceWorker(RankWorker):
         from verl.models.loading import load_causal_lm
         from verl.workers.reference import Reference
 
-        model = load_causal_lm(config.model, torch.float32)
+        model = load_causal_lm(config.model, torch.float32, device_type=self.device.type)
         self.role = Reference(config, self.device, model)  # frozen copy in model.dtype
         del model
         fsdp.shard_model(self.role.model, self.device, None)
