@@ -31,7 +31,8 @@ generation (TRL: time inside the model's generate), update_s the policy update (
 rest of its step), old_logprob_s verl's no-grad forward for pi_old, sync_s the weight sync.
 
     python benchmarks/e2e_grpo.py --device cpu --tiny                       # seconds
-    python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl      # CPU figure (minutes)
+    python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl trl-eager --threads 1 \
+        --keep-logits --compile --vllm-compile                              # CPU figure (minutes)
     python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-copy verl-hf-static verl-hf-graph trl \
         trl-static trl-bf16-static
 TRL is imported only by its worker, never by verl.
@@ -251,6 +252,15 @@ def run_all(args) -> list[dict]:
     return rows
 
 
+def verl_options(args) -> str:
+    """The verl speed options this run turned on, by config key."""
+    on = [key for key, flag in (("training.use_packed_samples", args.packed),
+                                ("training.logprob_keep_logits", args.keep_logits),
+                                ("model.torch_compile", args.compile),
+                                ("rollout.enforce_eager: false", args.vllm_compile)) if flag]
+    return ", ".join(on) or "defaults"
+
+
 def _report(args, info, rows, quiet=False):
     trl_rows = [r for r in rows if r["system"].startswith("trl") and "tokens_per_s" in r]
     best_trl = max(trl_rows, key=lambda r: r["tokens_per_s"]) if trl_rows else None
@@ -268,9 +278,8 @@ def _report(args, info, rows, quiet=False):
              f"(autocast over fp32 master weights; verl-hf-copy/-static generate with a {args.dtype} copy, "
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
-             f"x_best_trl = over the fastest TRL configuration run. verl options: "
-             f"{', '.join(f for f, on in (('use_packed_samples', args.packed), ('logprob_keep_logits', args.keep_logits), ('torch_compile', args.compile), ('rollout.enforce_eager false', args.vllm_compile)) if on) or 'defaults'}"
-             f"; attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA).")
+             f"x_best_trl = over the fastest TRL configuration run. verl options: {verl_options(args)}; "
+             f"attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA).")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 
