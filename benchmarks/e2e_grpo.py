@@ -19,8 +19,9 @@ Systems:
                      same transformers model (one CUDA graph per decode step) instead of model.generate
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
     trl              TRL GRPOTrainer, transformers generate (its default), SDPA attention
-    trl-eager        TRL with eager attention (model_init_kwargs attn_implementation="eager"): on the
-                     CPU in bf16 faster than SDPA, the attention verl picks there (model.attn_implementation auto)
+    trl-eager        TRL with eager attention (model_init_kwargs attn_implementation="eager"), the attention
+                     verl picks for bf16 on the CPU (model.attn_implementation auto): there TRL's update runs
+                     faster with it (13.7 vs 15.4 s on 11-30) while its generate does not
     trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
     trl-bf16-static  TRL's fastest HF configuration: the model loaded in bf16 (GRPOConfig's
                      model_init_kwargs={"dtype": "bfloat16"}; weights, gradients and AdamW states all

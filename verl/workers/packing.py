@@ -146,27 +146,34 @@ def _flash_varlen(q, k, v, cu, max_len, scale, dropout):
     return out[0]
 
 
-def _segments_sdpa(q, k, v, cu_list, scale, dropout):
-    """One causal SDPA call per sequence. q (1, Hq, N, D), k/v (1, Hk, N, D) -> (1, N, Hq, D)."""
-    outs = []
-    for start, end in zip(cu_list[:-1], cu_list[1:]):
-        if end > start:
-            outs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end],
-                                                       dropout_p=dropout, is_causal=True, scale=scale))
+def _per_sequence(attend, q, k, v, cu_list, scale, dropout):
+    """Causal attention inside each sequence of a packed row, one `attend` call per sequence.
+    q (1, Hq, N, D), k/v (1, Hk, N, D) -> (1, N, Hq, D)."""
+    outs = [attend(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], scale, dropout)
+            for a, b in zip(cu_list[:-1], cu_list[1:]) if b > a]
     return torch.cat(outs, dim=2).transpose(1, 2)
+
+
+def _causal_sdpa(q, k, v, scale, dropout):
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale)
+
+
+def _causal_eager(q, k, v, scale, dropout):
+    """Explicit matmuls + float32 softmax (transformers' eager attention): on the CPU in
+    bf16/fp16, SDPA's flash backward is ~2.5x slower than these batched matmuls."""
+    t = q.shape[2]
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    p = torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(F.dropout(p, dropout, training=dropout > 0), v)
+
+
+def _segments_sdpa(q, k, v, cu_list, scale, dropout):
+    return _per_sequence(_causal_sdpa, q, k, v, cu_list, scale, dropout)
 
 
 def _segments_eager(q, k, v, cu_list, scale, dropout):
-    """`_segments_sdpa` as explicit matmuls + float32 softmax (transformers' eager attention):
-    on the CPU in bf16/fp16, SDPA's flash backward is ~2.5x slower than these batched matmuls."""
-    outs = []
-    for start, end in zip(cu_list[:-1], cu_list[1:]):
-        if end > start:
-            s = torch.matmul(q[:, :, start:end], k[:, :, start:end].transpose(-1, -2)) * scale
-            causal = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).triu(1)
-            p = torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1, dtype=torch.float32).to(q.dtype)
-            outs.append(torch.matmul(F.dropout(p, dropout, training=dropout > 0), v[:, :, start:end]))
-    return torch.cat(outs, dim=2).transpose(1, 2)
+    return _per_sequence(_causal_eager, q, k, v, cu_list, scale, dropout)
 
 
 @functools.lru_cache(maxsize=32)
