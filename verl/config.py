@@ -57,6 +57,12 @@ class ModelConfig:
     # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
     # activations; the first steps pay the compile time). Generation stays eager.
     torch_compile: bool = False
+    # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
+    # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward
+    # and backward on a model.dtype copy of the weights, gradients summed in float32, as FSDP and
+    # DeepSpeed mixed precision do: fewer casts, half the residual-stream traffic). Single-process
+    # workers; the sharded ones always compute in model.dtype (FSDP's MixedPrecisionPolicy).
+    mixed_precision: str = "autocast"
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

@@ -123,6 +123,14 @@ def finalize_config(cfg: Config) -> Config:
                               "use a separate critic there (critic.share_actor: false)")
         _positive(cfg.critic.vf_coef, "critic.vf_coef")
     _at_least(m.lora.rank, 0, "model.lora.rank")
+    _choice(m.mixed_precision, ("autocast", "param_copy"), "model.mixed_precision")
+    if m.mixed_precision == "param_copy":
+        if m.dtype not in ("bfloat16", "float16"):
+            raise ConfigError(f"model.mixed_precision: param_copy computes in model.dtype, which is {m.dtype}; "
+                              "set model.dtype: bfloat16 (or mixed_precision: autocast)")
+        if m.lora.rank > 0:
+            raise ConfigError("model.mixed_precision: param_copy is for full fine-tuning; with model.lora.rank > 0 "
+                              "the frozen base already runs in model.dtype (set mixed_precision: autocast)")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
     _choice(a.name, tuple(PRESETS), "algorithm.name")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):

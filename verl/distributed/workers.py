@@ -88,7 +88,10 @@ def _param_dtype(config, dtype_name: Optional[str] = None) -> Optional[torch.dty
 
 class ShardedActor(Actor):
     """Actor whose model is FSDP-sharded: trains on its share of every mini-batch, and
-    runs its log-prob computation under the root unit's forward hooks."""
+    runs its log-prob computation under the root unit's forward hooks. FSDP computes in
+    model.dtype itself (MixedPrecisionPolicy): no separate parameter copy."""
+
+    param_copy_supported = False
 
     def __init__(self, config, device, model, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size

@@ -2,7 +2,8 @@
 
 `actor.model` is a plain Hugging Face causal LM (the seed calls `.generate` on it), or a
 peft PeftModel of one with `model.lora.rank > 0` (`.generate` works the same).
-Parameters are fp32 master weights; `model.dtype: bfloat16` runs forwards under autocast.
+Parameters are fp32 master weights; `model.dtype: bfloat16` runs forwards under autocast,
+or with `model.mixed_precision: param_copy` on a bf16 copy of them (`verl.workers.param_copy`).
 With LoRA the frozen base stays in `model.dtype` and only the float32 adapters train.
 Memory/speed switches (each with a plain fallback): `training.use_packed_samples`
 (`verl.workers.packing`), `training.max_tokens_per_micro_batch`, `training.offload_optimizer`
@@ -29,11 +30,14 @@ from verl.algorithms.value_loss import compute_value_loss, explained_variance
 from verl.workers.logprobs import head_log_probs, lm_head, response_hidden
 from verl.workers.offload import OptimizerOffload
 from verl.workers.packing import causal_lm_trunk, pack_batch, prepare_packing
+from verl.workers.param_copy import ParamCopy
 from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
 from verl.workers.optim import autocast_context, build_optimizer, build_scheduler, guarded_joint_step
 
 
 class Actor:
+    param_copy_supported = True  # model.mixed_precision: param_copy (single-process only)
+
     def __init__(self, config, device: torch.device, model: torch.nn.Module | None = None):
         self.config = config
         self.device = device
@@ -50,8 +54,15 @@ class Actor:
         t = config.training
         self.packed = t.use_packed_samples
         self.packing_mode = prepare_packing(causal_lm_trunk(self.model)) if self.packed else None
-        self.compiled = CompiledLayers(self.model, config.model.torch_compile)
+        # model.mixed_precision: param_copy -- forwards and backwards run on a model.dtype copy
+        # of the float32 master weights (verl.workers.param_copy); the optimizer keeps the master.
+        use_copy = (self.param_copy_supported and config.model.mixed_precision == "param_copy" and not lora
+                    and self.compute_dtype != torch.float32)
+        self.param_copy = ParamCopy(self.model, self.compute_dtype) if use_copy else None
+        self.compiled = CompiledLayers(self.param_copy.module if use_copy else self.model, config.model.torch_compile)
         self.optimizer = build_optimizer(self.model.parameters(), t.lr, t.weight_decay, device)
+        if self.param_copy is not None:
+            self.param_copy.watch(self.optimizer)
         self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")
         self.scheduler = build_scheduler(self.optimizer, t)
         self.temperature = config.rollout.temperature or 1.0
@@ -59,6 +70,10 @@ class Actor:
         self.value_critic = None  # a SharedCritic when critic.share_actor (value head on this trunk)
         self._pi_old = None  # per-micro-batch (log-probs, entropy) (b, r') while an update keeps pi_old
         self.last_pi_old = None  # (log-probs, entropy) (B, R) of the last update that kept pi_old
+
+    def forward_model(self) -> torch.nn.Module:
+        """The module forwards run on: the master model, or its up-to-date model.dtype copy."""
+        return self.param_copy.synced() if self.param_copy is not None else self.model
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -78,16 +93,17 @@ class Actor:
         packed = pack_batch(mb.input_ids, mb.attention_mask, mb.response_length).to(self.device) if self.packed \
             else False
         mb = batch_to_device(mb, self.device)
+        model = self.forward_model()
         logp = ent = v = None
         # A value-head-only pass needs no graph through the trunk; otherwise the caller's grad mode.
         trunk_grad = contextlib.nullcontext() if with_logp or values == "train" else torch.no_grad()
         with autocast_context(self.device, self.compute_dtype), self.compiled.active():
             with trunk_grad:
-                rh = response_hidden(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
+                rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
                                      packed=packed, packing_mode=self.packing_mode)
             if with_logp:
                 t = self.config.training
-                lp, e = head_log_probs(rh.hidden, lm_head(self.model), rh.targets, self.temperature,
+                lp, e = head_log_probs(rh.hidden, lm_head(model), rh.targets, self.temperature,
                                        t.logprob_chunk_size, with_entropy, fused=self.config.model.torch_compile,
                                        keep_logits=t.logprob_keep_logits)
                 logp, ent = rh.unpack(lp), rh.unpack(e)

@@ -9,8 +9,6 @@ with its adapters disabled: no second copy in memory.
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from verl.batch import Batch
@@ -20,22 +18,16 @@ from verl.workers.compile import CompiledLayers
 from verl.workers.logprobs import response_log_probs
 from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
 from verl.workers.offload import IdleOffload
+from verl.workers.param_copy import cast_module_copy
 from verl.workers.optim import autocast_context
 from verl.workers.packing import causal_lm_trunk, pack_batch, prepare_packing
 
 
 def frozen_copy(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """A deep copy in eval mode without gradients whose tensors are created directly on
-    `device` in `dtype` (floating ones): never two full-precision copies on one device."""
-    memo = {}
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) in memo:
-            continue
-        data = t.detach().to(device=device, dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
-        memo[id(t)] = torch.nn.Parameter(data, requires_grad=False) if isinstance(t, torch.nn.Parameter) else data
-    out = copy.deepcopy(model, memo)
-    out.requires_grad_(False)
-    return out.eval()
+    """A deep copy in eval mode without gradients whose parameters are created directly on
+    `device` in `dtype` (never two full-precision copies on one device); buffers keep
+    their dtype (`verl.workers.param_copy.cast_module_copy`)."""
+    return cast_module_copy(model, device, dtype, trainable=False).eval()
 
 
 class Reference:
