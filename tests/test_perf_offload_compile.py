@@ -75,16 +75,22 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
     assert "forward" not in vars(compiled.layers[0])  # eager again outside active()
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("with_entropy", [True, False])
-def test_fused_head_equals_eager(with_entropy):
+def test_fused_head_equals_eager(with_entropy, device):
+    """The compiled chunk math (one-hot as a comparison, in-place write; chunks of 16, 16, 5
+    rows: a static graph, then a rows-dynamic one) == the eager math (scatter)."""
     from verl.workers.logprobs import head_log_probs
 
     gen = torch.Generator().manual_seed(0)
     n, h, v = 37, 16, 300
-    head = torch.nn.Linear(h, v, bias=False)
-    targets = torch.randint(0, v, (n,), generator=gen)
-    hidden = torch.randn(n, h, generator=gen, requires_grad=True)
-    g = torch.randn(n, generator=gen)
+    head = torch.nn.Linear(h, v, bias=False).to(device)
+    targets = torch.randint(0, v, (n,), generator=gen).to(device)
+    hidden = torch.randn(n, h, generator=gen).to(device).requires_grad_()
+    g = torch.randn(n, generator=gen).to(device)
     results = []
     for fused in (False, True):
         lp, ent = head_log_probs(hidden, head, targets, temperature=0.7, chunk_size=16, with_entropy=with_entropy,
