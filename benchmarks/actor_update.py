@@ -11,6 +11,8 @@ lengths vary widely, once per micro-batching variant:
                   update pays the compile time and is not timed)
     packed+compile+keep  the same with `training.logprob_keep_logits` (the head's bf16 logits
                   kept for the backward instead of recomputed)
+    packed+compile+keep+copy  the same with `model.mixed_precision: param_copy` (forward and
+                  backward on a bf16 copy of the fp32 master weights; gradients summed in fp32)
 
 Tokens/s counts real (non-pad) tokens; MFU = model FLOPs / time / bf16 peak, with model
 FLOPs from `common.train_flops` (trunk on all tokens, LM head on response tokens, causal
@@ -57,12 +59,13 @@ def make_batch(n: int, prompt_range, response_range, vocab: int, seed: int = 0):
 
 def make_config(device, n: int, micro: int, budget, packed: bool, dtype: str, chunk: int, grad_ckpt: bool = False,
                 offload: bool = False, lora_rank: int = 0, max_new_tokens: int = 2048, compile: bool = False,
-                keep_logits: bool = False):
+                keep_logits: bool = False, param_copy: bool = False):
     from verl.config import config_from_dict
 
     return config_from_dict({
         "device": str(device),
         "model": {"dtype": dtype, "enable_gradient_checkpointing": grad_ckpt, "torch_compile": compile,
+                  "mixed_precision": "param_copy" if param_copy else "autocast",
                   "lora": {"rank": lora_rank, "alpha": 2 * lora_rank}},
         "algorithm": {"name": "grpo", "use_kl_loss": False},
         "rollout": {"n": 2, "max_new_tokens": max_new_tokens, "temperature": 1.0},
@@ -80,6 +83,7 @@ VARIANTS = {
     "packed": dict(packed=True, budget=True),
     "packed+compile": dict(packed=True, budget=True, compile=True),
     "packed+compile+keep": dict(packed=True, budget=True, compile=True, keep=True),
+    "packed+compile+keep+copy": dict(packed=True, budget=True, compile=True, keep=True, copy=True),
 }
 
 
@@ -102,7 +106,7 @@ def run(args) -> list[dict]:
         v = VARIANTS[name]
         cfg = make_config(device, args.batch, args.micro_batch, args.budget if v["budget"] else None, v["packed"],
                           dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False),
-                          keep_logits=v.get("keep", False))
+                          keep_logits=v.get("keep", False), param_copy=v.get("copy", False))
         row = dict(variant=name, arch=args.arch, params_m=round(n_params / 1e6), sequences=args.batch,
                    tokens=n_tokens)
         actor = None
@@ -150,7 +154,40 @@ def profile_update(actor, batch, device, path: str, top: int = 40) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as fh:
         fh.write(prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=90))
+        if device.type == "cuda":
+            fh.write("\n" + gpu_busy_report(prof) + "\n")
     print(f"profile -> {path}")
+
+
+def gpu_busy_report(prof, top_gaps: int = 12) -> str:
+    """How much of the profiled span the GPU spent running kernels: the union of kernel
+    intervals against the wall span from the first CPU op to the last kernel, and the
+    largest idle gaps with the kernels on either side (where the host made the GPU wait)."""
+    from torch.autograd import DeviceType
+
+    events = prof.events()
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                     if e.device_type == DeviceType.CUDA and "Command Buffer" not in e.name)
+    if not kernels:
+        return "no kernels recorded"
+    cpu_start = min(e.time_range.start for e in events if e.device_type == DeviceType.CPU)
+    span = max(end for _, end, _ in kernels) - cpu_start
+    busy, gaps, cur_end, prev = 0.0, [], kernels[0][0], None
+    gaps.append((kernels[0][0] - cpu_start, "(start)", kernels[0][2]))
+    cur_start = kernels[0][0]
+    for start, end, name in kernels:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            gaps.append((start - cur_end, prev, name))
+            cur_start = start
+        if end >= cur_end:
+            cur_end, prev = end, name
+    busy += cur_end - cur_start
+    lines = [f"GPU busy {busy / 1e3:.1f} ms of a {span / 1e3:.1f} ms span ({busy / span:.1%}); "
+             f"idle {(span - busy) / 1e3:.1f} ms in {len(gaps)} gaps. Largest gaps:"]
+    for gap, before, after in sorted(gaps, reverse=True)[:top_gaps]:
+        lines.append(f"  {gap / 1e3:8.2f} ms  after {str(before)[:60]}  before {after[:60]}")
+    return "\n".join(lines)
 
 
 def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=False):
@@ -164,8 +201,8 @@ def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=Fals
     notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters), {args.batch} sequences, prompt lengths "
              f"{args.prompt_len[0]}-{args.prompt_len[1]}, response lengths {args.response_len[0]}-{args.response_len[1]} "
              f"(uniform), {n_tokens} real tokens ({pad_frac:.0%} of the full padded block is padding); "
-             f"micro_batch_size {args.micro_batch}, token budget {args.budget}; model dtype {dtype} (autocast over "
-             f"fp32 master weights); logprob_chunk_size {args.chunk}; best of {args.repeats} timed updates after one "
+             f"micro_batch_size {args.micro_batch}, token budget {args.budget}; model dtype {dtype} over fp32 master "
+             f"weights (autocast; +copy: model.mixed_precision param_copy); logprob_chunk_size {args.chunk}; best of {args.repeats} timed updates after one "
              f"warm-up. MFU against {(peak or 0) / 1e12:.0f} TFLOP/s bf16 dense peak; model FLOPs "
              f"{flops / 1e12:.2f} TFLOP per update (common.train_flops).")
     common.write_results(args.out, "actor_update", info, rows, cols, extra=dict(flops_per_update=flops,

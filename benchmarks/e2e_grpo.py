@@ -93,7 +93,8 @@ def worker_verl(args) -> dict:
     hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
     cfg = config_from_dict({
         "device": str(device),
-        "model": {"name": args.model_path, "dtype": args.dtype, "torch_compile": args.compile},
+        "model": {"name": args.model_path, "dtype": args.dtype, "torch_compile": args.compile,
+                  "mixed_precision": "param_copy" if args.param_copy else "autocast"},
         "algorithm": {"name": "grpo", "use_kl_loss": False, "loss_agg_mode": "token-mean"},
         "rollout": {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
                     "top_p": 1.0, "top_k": 0, "max_num_seqs": max(64, args.prompts * args.group),
@@ -228,7 +229,8 @@ def run_all(args) -> list[dict]:
                str(args.warmup), "--prompt-words", str(args.prompt_words), "--micro-batch", str(args.micro_batch),
                "--dtype", args.dtype]
         cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
-                                      ("--compile", args.compile), ("--vllm-compile", args.vllm_compile)) if on]
+                                      ("--compile", args.compile), ("--vllm-compile", args.vllm_compile),
+                                      ("--param-copy", args.param_copy)) if on]
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
         if args.threads:
@@ -258,7 +260,8 @@ def verl_options(args) -> str:
     on = [key for key, flag in (("training.use_packed_samples", args.packed),
                                 ("training.logprob_keep_logits", args.keep_logits),
                                 ("model.torch_compile", args.compile),
-                                ("rollout.enforce_eager: false", args.vllm_compile)) if flag]
+                                ("rollout.enforce_eager: false", args.vllm_compile),
+                                ("model.mixed_precision: param_copy", args.param_copy)) if flag]
     return ", ".join(on) or "defaults"
 
 
@@ -300,6 +303,8 @@ def parse(argv=None):
     ap.add_argument("--keep-logits", action="store_true", help="verl: training.logprob_keep_logits")
     ap.add_argument("--compile", action="store_true",
                     help="verl: model.torch_compile (the warm-up step pays the compile time)")
+    ap.add_argument("--param-copy", action="store_true",
+                    help="verl: model.mixed_precision param_copy (bf16 copy of the fp32 master weights)")
     ap.add_argument("--vllm-compile", action="store_true",
                     help="verl-vllm: rollout.enforce_eager false on the CPU too (engine start pays the compile)")
     ap.add_argument("--threads", type=int, default=0,
