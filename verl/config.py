@@ -60,8 +60,9 @@ class ModelConfig:
     # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
     # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward
     # and backward on a model.dtype copy of the weights, gradients summed in float32, as FSDP and
-    # DeepSpeed mixed precision do: fewer casts, half the residual-stream traffic). Single-process
-    # workers; the sharded ones always compute in model.dtype (FSDP's MixedPrecisionPolicy).
+    # DeepSpeed mixed precision do: fewer casts, half the residual-stream traffic). The actor, in
+    # one process (a separate critic keeps autocast); the sharded actor always computes in
+    # model.dtype (FSDP's MixedPrecisionPolicy).
     mixed_precision: str = "autocast"
     lora: LoraConfig = field(default_factory=LoraConfig)
 
