@@ -34,8 +34,6 @@ import copy
 
 import torch
 
-MODES = ("autocast", "param_copy")
-
 
 def cast_module_copy(model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
                      trainable: bool) -> torch.nn.Module:
