@@ -21,6 +21,9 @@ computes old log-probs, and peak GPU memory per variant.
 
     python benchmarks/actor_update.py --device cpu --tiny                  # seconds, CPU
     python benchmarks/actor_update.py --device cuda --arch qwen2-1.5b      # H200
+    THP_MEM_ALLOC_ENABLE=0|1 python benchmarks/actor_update.py --device cpu --arch smollm2-135m --dtype bfloat16 \
+        --batch 16 --prompt-len 60 90 --response-len 64 64 --micro-batch 16 --budget 4096 \
+        --variants packed+compile+keep --repeats 4      # CPU allocator: page faults per update
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def run(args) -> list[dict]:
 
     device = common.resolve_device(args.device)
     info = common.machine_info(device)
-    dtype = "bfloat16" if device.type == "cuda" else "float32"
+    dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     model = common.build_model(args.arch, device, torch.float32)
     cfg_hf = model.config
     n_params = common.param_count(model)
@@ -117,12 +120,21 @@ def run(args) -> list[dict]:
             t_fwd, (old_lp, _) = common.timed(lambda: actor.compute_log_probs(batch), device, repeats=1 + args.repeats)
             batch.old_log_probs = old_lp
             fwd_s = min(t_fwd[1:])
-            times, metrics = common.timed(lambda: actor.update(batch), device, repeats=1 + args.repeats)
+            faults = []  # per update: host pages touched for the first time
+
+            def counted_update():
+                f0 = _minor_faults()
+                out = actor.update(batch)
+                faults.append(_minor_faults() - f0)
+                return out
+
+            times, metrics = common.timed(counted_update, device, repeats=1 + args.repeats)
             upd_s = min(times[1:])  # first call warms up (allocator, kernels, lazy optimizer state)
             row.update(update_s=round(upd_s, 3), tokens_per_s=round(n_tokens / upd_s),
                        tflops=float(f"{flops / upd_s / 1e12:.3g}"), warmup_s=round(times[0], 1),
                        fwd_tokens_per_s=round(n_tokens / fwd_s), peak_gib=common.peak_gib(device), pg_loss=round(float(metrics["actor/pg_loss"]), 5),
-                       grad_norm=round(float(metrics["actor/grad_norm"]), 4))
+                       grad_norm=round(float(metrics["actor/grad_norm"]), 4),
+                       page_faults_per_update=sorted(faults[1:])[len(faults[1:]) // 2])  # median, warm-up excluded
             if peak:
                 row["mfu"] = round(flops / upd_s / peak, 3)
                 row["fwd_mfu"] = round(fwd_flops / fwd_s / peak, 3)
@@ -157,6 +169,16 @@ def profile_update(actor, batch, device, path: str, top: int = 40) -> None:
         if device.type == "cuda":
             fh.write("\n" + gpu_busy_report(prof) + "\n")
     print(f"profile -> {path}")
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (host memory first touched: the CPU allocator
+    handing out fresh pages); 0 where getrusage is unavailable."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def gpu_busy_report(prof, top_gaps: int = 12) -> str:
@@ -196,7 +218,7 @@ def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=Fals
         if base and "update_s" in r:
             r["speedup_vs_padded"] = round(base["update_s"] / r["update_s"], 2)
     cols = ["variant", "packing_mode", "tokens", "update_s", "tokens_per_s", "speedup_vs_padded", "tflops", "mfu",
-            "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "alloc_retries", "warmup_s", "error"]
+            "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "alloc_retries", "page_faults_per_update", "warmup_s", "error"]
     pad_frac = 1 - n_tokens / (args.batch * (max(args.prompt_len) + max(args.response_len)))
     notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters), {args.batch} sequences, prompt lengths "
              f"{args.prompt_len[0]}-{args.prompt_len[1]}, response lengths {args.response_len[0]}-{args.response_len[1]} "
@@ -221,6 +243,8 @@ def parse(argv=None):
     ap.add_argument("--micro-batch", type=int, default=8, help="padded: sequences per micro-batch")
     ap.add_argument("--budget", type=int, default=16384, help="max_tokens_per_micro_batch")
     ap.add_argument("--chunk", type=int, default=4096, help="logprob_chunk_size")
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                    help="model.dtype (default: bfloat16 on CUDA, float32 on the CPU)")
     ap.add_argument("--repeats", type=int, default=2, help="timed updates after one warm-up")
     ap.add_argument("--variants", nargs="+", default=["padded", "padded+budget", "packed"], choices=list(VARIANTS))
     ap.add_argument("--out", default=None, help="directory for actor_update.json / .md")

@@ -22,8 +22,6 @@ Systems:
     trl-eager        TRL with eager attention (model_init_kwargs attn_implementation="eager"), the attention
                      verl picks for bf16 on the CPU (model.attn_implementation auto): there TRL's update runs
                      faster with it (13.7 vs 15.4 s on 11-30) while its generate does not
-    trl-eager-thp    trl-eager with large CPU tensors on transparent huge pages (THP_MEM_ALLOC_ENABLE=1), which
-                     verl's systems get as verl does on import (unless the variable is set by the caller)
     trl-static       TRL with cache_implementation="static" (TRL turns generate's compile off; same failure)
     trl-bf16-static  TRL's fastest HF configuration: the model loaded in bf16 (GRPOConfig's
                      model_init_kwargs={"dtype": "bfloat16"}; weights, gradients and AdamW states all
@@ -53,14 +51,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-USER_THP = os.environ.get("THP_MEM_ALLOC_ENABLE")  # before anything imports verl (which sets a default)
 
 import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-eager", "trl-eager-thp",
-           "trl-static", "trl-bf16-static")
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-eager", "trl-static",
+           "trl-bf16-static")
 # verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation, rollout.decode_loop)
 VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic", "transformers"), "verl-hf-copy": (True, "dynamic", "transformers"),
                    "verl-hf-static": (True, "static", "transformers"), "verl-hf-graph": (True, "static", "verl")}
@@ -147,7 +144,7 @@ def worker_trl(args) -> dict:
     # TRL loads the model itself (model_init_kwargs): fp32 master weights, or bf16 weights for trl-bf16-static.
     bf16_weights = args.system == "trl-bf16-static"
     model_init_kwargs = {"dtype": "bfloat16" if bf16_weights else "float32",
-                         "attn_implementation": "eager" if args.system.startswith("trl-eager") else "sdpa"}
+                         "attn_implementation": "eager" if args.system == "trl-eager" else "sdpa"}
     prompts = make_prompts(args.prompts * (total + 1), args.prompt_words)
     steps: list[dict] = []
     gen_s = [0.0]
@@ -236,13 +233,6 @@ def run_all(args) -> list[dict]:
                                       ("--param-copy", args.param_copy)) if on]
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
-        # Huge pages for large CPU tensors: verl turns them on when imported (verl/__init__.py),
-        # but these workers import torch first, so verl's systems get the variable here; TRL runs
-        # as it comes, except trl-eager-thp (TRL's fastest configuration with the same setting).
-        if USER_THP is None:
-            env.pop("THP_MEM_ALLOC_ENABLE", None)
-            if system.startswith("verl") or system.endswith("-thp"):
-                env["THP_MEM_ALLOC_ENABLE"] = "1"
         if args.threads:
             # Same thread count for every system; vLLM must not pin its own threads to all cores.
             env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
@@ -293,9 +283,7 @@ def _report(args, info, rows, quiet=False):
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
              f"x_best_trl = over the fastest TRL configuration run. verl options: {verl_options(args)}; "
-             f"attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA). CPU tensors on "
-             f"transparent huge pages (THP_MEM_ALLOC_ENABLE=1, verl's default): "
-             f"{'as set by the caller for all' if USER_THP is not None else 'verl systems and *-thp'}.")
+             f"attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA).")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 

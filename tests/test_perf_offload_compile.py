@@ -100,20 +100,3 @@ def test_fused_head_equals_eager(with_entropy, device):
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-5 * float(b.abs().max()) + 1e-6)
 
-
-def test_import_turns_on_huge_pages_unless_the_caller_decided():
-    """`import verl` sets PyTorch's THP_MEM_ALLOC_ENABLE=1 (large CPU tensors on transparent
-    huge pages) only when the caller has not set it, and before it imports torch, whose
-    allocator reads the variable once."""
-    import os
-    import subprocess
-    import sys
-
-    code = ("import os, sys; import verl; assert 'torch' not in sys.modules; "
-            "print(os.environ['THP_MEM_ALLOC_ENABLE'])")
-    for given, expected in ((None, "1"), ("0", "0")):
-        env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
-        if given is not None:
-            env["THP_MEM_ALLOC_ENABLE"] = given
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == expected

@@ -108,8 +108,8 @@ def _kernels(fused: bool):
     several) when `fused`; compiled once per process. Shapes are automatic-dynamic: the first
     chunk compiles static, a second row count recompiles with only the rows dynamic. The
     vocabulary stays a constant: with it symbolic (dynamic=True) every element pays a 64-bit
-    division, and the in-place gradient pass ran at 1.3 instead of 3.7 TB/s on an H200
-    (4096 x 151936 bf16 chunk: 1.95 -> 0.66 ms; benchmarks/results/h200/results.md)."""
+    division: on an H200 the in-place gradient pass of a 4096 x 151936 bf16 chunk takes 2.01 ms
+    (1.24 TB/s) with dynamic=True and 0.70 ms (3.58 TB/s) so (`benchmarks/head_math.py`)."""
     if not fused:
         return _chunk_stats, _chunk_grad_
     if not _COMPILED:

@@ -59,7 +59,6 @@ class ParamCopy:
         if dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"model.mixed_precision: param_copy needs model.dtype bfloat16 or float16, got {dtype}")
         self.master = master
-        self.dtype = dtype
         device = next(master.parameters()).device
         self.module = cast_module_copy(master, device, dtype, trainable=True)
         # (master, copy) per distinct parameter, in the master's order (tied ones once).
