@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -24,6 +25,9 @@ import yaml
 
 class ConfigError(ValueError):
     """A bad configuration value; the message names the key and what is allowed."""
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 # ---------------------------------------------------------------------------
@@ -76,7 +80,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
-    stop: list = field(default_factory=list)  # extra stop strings
+    stop: list[str] = field(default_factory=list)  # extra stop strings
     seed: Optional[int] = None  # None -> top-level seed
     # vLLM engine settings (seed section 5.2)
     max_num_seqs: int = 64
@@ -187,7 +191,7 @@ class RewardFnConfig:
     weight: float = 1.0
     name: Optional[str] = None  # label used in metric names; defaults to type
     target: str = "I love reinforcement learning"  # string_match
-    keywords: list = field(default_factory=list)  # keyword
+    keywords: list[str] = field(default_factory=list)  # keyword
     target_length: int = 32  # length_penalty (characters)
     function: Optional[str] = None  # python: "path/to/file.py:function_name"
     strict: bool = False  # gsm8k: only "#### <n>"
@@ -221,8 +225,13 @@ class CriticConfig:
 
 @dataclass
 class DataConfig:
-    train_files: list = field(default_factory=list)  # jsonl / parquet paths
-    val_files: list = field(default_factory=list)
+    train_files: list[str] = field(default_factory=list)  # jsonl / parquet paths
+    val_files: list[str] = field(default_factory=list)
+    # Written by the Python API for in-memory train_dataset / eval_dataset (never read as data):
+    # e.g. "datasets.Dataset rows=12 fingerprint=..."; a trainer built from a config that has one
+    # needs the data passed again (docs/python_api.md)
+    train_source: Optional[str] = None
+    val_source: Optional[str] = None
     prompts: list = field(default_factory=list)  # inline prompts (strings)
     prompt_key: str = "prompt"
     answer_key: str = "answer"
@@ -238,7 +247,7 @@ class DataConfig:
 
 @dataclass
 class LoggingConfig:
-    backends: list = field(default_factory=lambda: ["console", "jsonl"])
+    backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     project: str = "verl"
     run_name: Optional[str] = None
     wandb_mode: str = "online"  # online | offline | disabled
@@ -335,16 +344,24 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ConfigError(f"{path}: expected an integer, got {value!r}")
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             raise ConfigError(f"{path}: expected an integer, got {value!r}") from None
+        if not INT64_MIN <= number <= INT64_MAX:  # torch, numpy and the file formats hold 64-bit integers
+            raise ConfigError(f"{path}: {number} does not fit in a 64-bit integer")
+        return number
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         try:
-            return float(value)
-        except ValueError:
+            number = float(value)
+        except (ValueError, OverflowError):
             raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            # NaN passes every `x > 0` check as false and every `x < 0` check as false: a NaN
+            # clip disables clipping, a NaN lr corrupts the weights. No key means NaN or infinity.
+            raise ConfigError(f"{path}: must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
@@ -354,6 +371,12 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             value = [value]  # a single file or prompt is a list of one
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {value!r}")
+        item_types = typing.get_args(tp)
+        if item_types == (str,):
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise ConfigError(f"{path}[{i}]: expected a string, got {item!r}"
+                                      + (f" (quote it: '{item}')" if isinstance(item, (int, float)) else ""))
         return list(value)
     return value
 
@@ -392,7 +415,18 @@ def _set_dotted(data: dict, dotted: str, raw: str) -> None:
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override '{dotted}': '{k}' is not a section")
-    node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    if raw == "":
+        node[keys[-1]] = ""
+        return
+    loader = _UniqueKeyLoader(raw)
+    loader.source = f"override '{dotted}'"
+    try:
+        node[keys[-1]] = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override '{dotted}={raw}': the value is not valid YAML ({problem})") from None
+    finally:
+        loader.dispose()
 
 
 def parse_overrides(overrides: list[str]) -> list[tuple[str, str]]:
@@ -405,18 +439,59 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error naming
+    both lines (plain PyYAML keeps the last silently: `total_steps: 2` then `total_steps: 1`,
+    or a second `training:` section replacing the first)."""
+
+    source = "config"
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # an unhashable key: let PyYAML's own error name it
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{self.source}: key '{key}' appears twice in one section (lines {seen[key]} and "
+                                  f"{line}); keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> dict:
-    """Read a YAML file; malformed YAML becomes a ConfigError with line and column."""
+    """Read a YAML config file. Every way it can be unreadable becomes one ConfigError naming
+    the file (and the line and column where YAML knows them): missing, a folder, not UTF-8,
+    malformed, a key given twice, a top level that is not a mapping."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{path}: is a folder, not a config file (give the path of a .yaml file)")
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
-    with open(path, encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); save the file as UTF-8") from None
+    loader = _UniqueKeyLoader(text)
+    loader.source = path
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    finally:
+        loader.dispose()
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -431,11 +506,64 @@ def config_from_dict(data: dict, overrides: Optional[list[str]] = None) -> Confi
     return build_section(Config, data).finalize()
 
 
+# Keys that name files or model folders. In a config file, a relative path is read from the
+# file's own folder first, then from the working directory (docs/data.md, "Paths"); overrides on
+# the command line are relative to the working directory. checkpoint.save_dir is always relative
+# to the working directory (outputs land where the command runs).
+_PATH_KEYS = (("data", "train_files"), ("data", "val_files"), ("model", "name"), ("model", "tokenizer"),
+              ("critic", "name"))
+
+
+def _from_config_folder(value, base: str):
+    """`value` made absolute against `base` when it names something there; else unchanged: a
+    hub model name, the working-directory fallback, or a missing file (whose error then names
+    the path as written)."""
+    if not isinstance(value, str) or not value or os.path.isabs(value) or value.startswith(("tiny:", "~")):
+        return value
+    candidate = os.path.normpath(os.path.join(base, value))
+    return candidate if os.path.exists(candidate) else value
+
+
+def _function_from_config_folder(spec, base: str):
+    """`reward_fn.function: file.py:name` with its file part resolved like _PATH_KEYS."""
+    if not isinstance(spec, str) or ":" not in spec:
+        return spec
+    file_part, name = spec.rsplit(":", 1)
+    if not file_part.endswith(".py"):
+        return spec  # module:function, imported by name
+    return f"{_from_config_folder(file_part, base)}:{name}"
+
+
+def resolve_relative_paths(data: dict, base: str) -> dict:
+    """A config file's relative paths (_PATH_KEYS, reward_fn.function and .model_name, also in
+    combined components) resolved against its folder `base`, in place."""
+    for section, key in _PATH_KEYS:
+        node = data.get(section)
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node[key]
+        node[key] = ([_from_config_folder(v, base) for v in value] if isinstance(value, list)
+                     else _from_config_folder(value, base))
+    rewards = [data.get("reward_fn")] if isinstance(data.get("reward_fn"), dict) else []
+    while rewards:
+        rf = rewards.pop()
+        if "function" in rf:
+            rf["function"] = _function_from_config_folder(rf["function"], base)
+        if isinstance(rf.get("model_name"), str):
+            rf["model_name"] = _from_config_folder(rf["model_name"], base)
+        rewards += [c for c in rf.get("components") or [] if isinstance(c, dict)]
+    return data
+
+
 def load_config(path: Optional[str] = None, overrides: Optional[list[str]] = None) -> Config:
     """Load a YAML config (or the defaults when `path` is None), apply overrides, validate.
+    Relative paths inside the file are read from the file's folder first, then from the
+    working directory (see resolve_relative_paths).
 
     >>> cfg = load_config("config_gpt2.yaml", ["training.lr=1e-5"])
     >>> cfg.training.total_steps
     """
     data = read_yaml(path) if path else {}
+    if path:
+        data = resolve_relative_paths(data, os.path.dirname(os.path.abspath(path)))
     return config_from_dict(data, overrides)

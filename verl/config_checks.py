@@ -6,6 +6,7 @@ read instead of meeting a NaN or a hang twenty minutes into a run.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 
@@ -21,9 +22,28 @@ ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 LOG_BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
 
 
+def did_you_mean(value, allowed) -> str:
+    """'; did you mean 'x'?' for the closest allowed spelling of a mistyped value, else ''."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def _choice(value, allowed, key):
     if value not in allowed:
-        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, allowed))}")
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, allowed))}"
+                          f"{did_you_mean(value, allowed)}")
+
+
+# Upper bounds for values that cannot fit a machine, refused before anything is built (a batch
+# of 1e20 prompts otherwise runs silently for minutes before running out of memory).
+MAX_SEQUENCES_PER_STEP = 2 ** 20  # training.batch_size x rollout.n
+MAX_TOKENS = 2 ** 20  # data.max_prompt_length, rollout.max_new_tokens (the model's context is checked at load)
+MAX_SEED = 2 ** 32 - 1  # numpy's seed range; torch seeds are derived as seed * 1_000_003 + step
+
+
+def _at_most(value, high, key, why):
+    if value is not None and value > high:
+        raise ConfigError(f"{key}: {value} is larger than {high:,} ({why})")
 
 
 def _at_least(value, low, key):
@@ -133,6 +153,9 @@ def finalize_config(cfg: Config) -> Config:
                               "the frozen base already runs in model.dtype (set mixed_precision: autocast)")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
     _choice(a.name, tuple(PRESETS), "algorithm.name")
+    for key, seed in (("seed", cfg.seed), ("rollout.seed", r.seed)):
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"{key}: {seed} is outside 0..{MAX_SEED} (the seed range numpy and torch share)")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):
         raise ConfigError(f"device: '{cfg.device}' is not one of auto, cpu, cuda, cuda:N")
 
@@ -164,6 +187,8 @@ def finalize_config(cfg: Config) -> Config:
             f"rollout.n: {a.adv_estimator} compares samples within a group, so it needs n >= 2, got {r.n}"
         )
     _at_least(r.max_new_tokens, 1, "rollout.max_new_tokens")
+    _at_most(r.max_new_tokens, MAX_TOKENS, "rollout.max_new_tokens", "no model's context is that long")
+    _at_most(r.n, MAX_SEQUENCES_PER_STEP, "rollout.n", "samples per prompt must fit in memory")
     _at_least(r.temperature, 0, "rollout.temperature")
     _in_unit(r.top_p, "rollout.top_p", low_open=True)
     _at_least(r.top_k, 0, "rollout.top_k")
@@ -207,6 +232,8 @@ def finalize_config(cfg: Config) -> Config:
     # Batch arithmetic: sequences per step = prompts x samples; it must split evenly into
     # optimizer mini-batches, and those into micro-batches (no silent zero accumulation).
     seqs = t.batch_size * r.n
+    _at_most(seqs, MAX_SEQUENCES_PER_STEP, "training.batch_size",
+             f"prompts per step x rollout.n {r.n} sequences must fit in memory")
     if t.mini_batch_size is None:
         t.mini_batch_size = seqs
     _at_least(t.mini_batch_size, 1, "training.mini_batch_size")
@@ -223,6 +250,7 @@ def finalize_config(cfg: Config) -> Config:
 
     _choice(d.truncation, ("filter", "left", "right", "error"), "data.truncation")
     _at_least(d.max_prompt_length, 1, "data.max_prompt_length")
+    _at_most(d.max_prompt_length, MAX_TOKENS, "data.max_prompt_length", "no model's context is that long")
     _at_least(d.val_n, 1, "data.val_n")
 
     _check_reward(cfg.reward_fn, "reward_fn")

@@ -104,25 +104,34 @@ def write_records(records: list[dict], path: str, fmt: str) -> None:
                 fh.write(json.dumps(r) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="verl data arithmetic",
-                                     description="Write a synthetic arithmetic prompt set with ground-truth answers.")
-    parser.add_argument("--n", type=int, default=1000, help="problems in total (train + held-out)")
-    parser.add_argument("--out", required=True, help="training file (.jsonl or .parquet); the held-out "
-                                                     "split goes next to it as NAME.val.EXT")
-    parser.add_argument("--val_fraction", type=float, default=0.1, help="share of problems held out")
-    parser.add_argument("--digits", type=int, default=2, help="operands have up to this many digits")
-    parser.add_argument("--ops", default=OPS, help="operations to draw from, e.g. '+-' (default '+-*')")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data_source", default="arithmetic",
-                        help="label of these rows; validation reports accuracy per data source")
-    parser.add_argument("--format", choices=("jsonl", "parquet"), default=None,
-                        help="default: from the --out extension, else jsonl")
-    parser.add_argument("--instruction", action=argparse.BooleanOptionalAction, default=True,
-                        help=f"end each prompt with '{INSTRUCTION}' (--no-instruction to leave it out)")
-    args = parser.parse_args(argv)
-    if not 0.0 <= args.val_fraction < 1.0:
-        parser.error(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `verl data arithmetic`."""
+    from verl.cli_flags import add_flag
+
+    add_flag(parser, "--n", type=int, default=1000, help="problems in total (train + held-out; default 1000)")
+    add_flag(parser, "--out", required=True, help="training file (.jsonl or .parquet); the held-out "
+                                                  "split goes next to it as NAME.val.EXT")
+    add_flag(parser, "--val_fraction", type=_fraction, default=0.1, help="share of problems held out, in [0, 1) "
+                                                                       "(default 0.1)")
+    add_flag(parser, "--digits", type=int, default=2, help="operands have up to this many digits (default 2)")
+    add_flag(parser, "--ops", default=OPS, help=f"operations to draw from, e.g. '+-' (default '{OPS}')")
+    add_flag(parser, "--seed", type=int, default=0, help="random seed (default 0)")
+    add_flag(parser, "--data_source", default="arithmetic",
+             help="label of these rows; validation reports accuracy per data source")
+    add_flag(parser, "--format", choices=("jsonl", "parquet"), default=None,
+             help="default: from the --out extension, else jsonl")
+    add_flag(parser, "--instruction", action=argparse.BooleanOptionalAction, default=True,
+             help=f"end each prompt with '{INSTRUCTION}' (--no-instruction to leave it out)")
+
+
+def run(args: argparse.Namespace) -> int:
     fmt = args.format or ("parquet" if args.out.lower().endswith(".parquet") else "jsonl")
     try:
         records = generate_arithmetic(args.n, args.digits, args.ops, args.seed, args.instruction,
@@ -139,6 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         write_records(val, val_path, fmt)
         print(f"wrote {len(val)} held-out problems to {val_path}")
     return 0
+
+
+DESCRIPTION = "Write a synthetic arithmetic prompt set with ground-truth answers (train + held-out files)."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="verl data arithmetic", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

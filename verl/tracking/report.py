@@ -146,11 +146,17 @@ def write_report(run_dir: str, out_html: Optional[str] = None) -> str:
     return out_html
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="verl report", description="Write a self-contained HTML report of a verl run.")
-    parser.add_argument("run_dir", metavar="RUN_DIR")
-    parser.add_argument("--out", default=None, help="HTML path (default: RUN_DIR/report.html)")
-    args = parser.parse_args(argv)
+DESCRIPTION = "Write a self-contained HTML report of a verl run (curves, samples, baseline answers)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from verl.cli_flags import add_flag
+
+    add_flag(parser, "run_dir", metavar="RUN_DIR", help="the run's folder (checkpoint.save_dir)")
+    add_flag(parser, "--out", default=None, help="HTML path (default: RUN_DIR/report.html)")
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         out = write_report(args.run_dir, args.out)
     except FileNotFoundError as exc:
@@ -158,6 +164,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     print(out)
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="verl report", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
