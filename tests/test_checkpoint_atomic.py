@@ -211,3 +211,71 @@ def test_rng_state_roundtrip_is_weights_only(tmp_path):
     random.seed(9), np.random.seed(9), torch.manual_seed(9), g.manual_seed(9)
     restore_rng(load_torch(str(tmp_path / "rng.pt")), {"actor": g})
     assert (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=g).item()) == expected
+
+
+def test_stale_pointer_does_not_make_an_older_checkpoint_win(tmp_path):
+    """`latest_full` left naming step 1 (the pointer write failed, e.g. on a folder made
+    read-only) while step 2 is complete: step 2 is taken, for both kinds, and the stale pointer
+    is reported."""
+    mgr = CheckpointManager(str(tmp_path), keep_last=5)
+    mgr.save(1, "full", _writer(1.0))
+    second = mgr.save(2, "full", _writer(2.0))
+    (tmp_path / "checkpoints" / "latest_full").write_text("step_000001\n")
+    (tmp_path / "checkpoints" / "latest").write_text("step_000001\n")
+    notes = []
+    assert mgr.find_latest("full", warn=notes.append) == second
+    assert len(notes) == 1 and "latest_full names step_000001" in notes[0] and "step_000002" in notes[0]
+    assert mgr.find_latest(None, warn=notes.append) == second
+    assert _value(second) == 2.0
+
+
+def test_newest_means_saved_last(tmp_path):
+    """A run resumed from step 1 of 3 and saved again at step 2 outranks the step 3 it
+    abandoned: `find_latest` continues the new line, not the old one; pruning agrees."""
+    mgr = CheckpointManager(str(tmp_path), keep_last=2)
+    for step in (1, 2, 3):
+        mgr.save(step, "full", _writer(float(step)), prune=False)
+    redone = mgr.save(2, "full", _writer(20.0), prune=False)
+    assert mgr.find_latest("full") == redone and _value(redone) == 20.0
+    mgr.prune()  # keeps the two saved last: the new step 2 and the old step 3
+    assert sorted(n for n in os.listdir(mgr.root) if n.startswith("step_")) == ["step_000002", "step_000003"]
+    assert mgr.find_latest("full") == redone
+
+
+def test_atomic_write_leaves_no_temp_file_on_error(tmp_path, monkeypatch):
+    from verl.trainer import durable_files
+
+    target = tmp_path / "latest"
+    target.write_text("step_000001\n")
+
+    def failing_replace(src, dst):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(durable_files.os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        durable_files.atomic_write_text(str(target), "step_000002\n")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["latest"] and target.read_text() == "step_000001\n"
+
+
+def test_stale_temps_are_removed_and_reported(tmp_path):
+    """What crashed saves leave (`.tmp-save-PID/` in save_dir, `.tmp-step_N-PID/` and
+    `latest.tmp-PID` in checkpoints/, `run_state.json.tmp-PID`) is removed by the next run
+    in the folder; other files stay."""
+    from verl.trainer.run_folder import clean_stale_temps
+
+    mgr = CheckpointManager(str(tmp_path))
+    good = mgr.save(1, "full", _writer(1.0))
+    (tmp_path / ".tmp-save-999999").mkdir()
+    (tmp_path / ".tmp-save-999999" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "run_state.json.tmp-999999").write_text("{}")
+    (tmp_path / "checkpoints" / ".tmp-step_000002-999999").mkdir()
+    (tmp_path / "checkpoints" / "latest.tmp-999999").write_text("step_000002\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    removed = clean_stale_temps(str(tmp_path))
+    assert sorted(removed) == sorted([".tmp-save-999999", "run_state.json.tmp-999999",
+                                      os.path.join("checkpoints", ".tmp-step_000002-999999"),
+                                      os.path.join("checkpoints", "latest.tmp-999999")])
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints", "notes.txt"]
+    assert sorted(os.listdir(mgr.root)) == ["latest", "latest_full", "step_000001"]
+    assert _value(good) == 1.0

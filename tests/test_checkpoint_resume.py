@@ -155,6 +155,9 @@ def test_resume_rejects_missing_and_actor_only(tmp_path, full_run):
 
 
 def test_logs_continue_without_duplicates_and_fresh_start_moves_old_run(tmp_path):
+    """Resuming from step 2 drops the rows logged after it. A new run over an earlier one is
+    refused unless allowed (--overwrite); then each earlier run moves to its own numbered
+    previous_run_N/ and nothing is deleted (a third run keeps the first one's files)."""
     from verl.trainer.resume import ResumePoint, prepare_run_dir
 
     run = tmp_path / "run"
@@ -166,9 +169,48 @@ def test_logs_continue_without_duplicates_and_fresh_start_moves_old_run(tmp_path
     assert [r["step"] for r in _rows(run)] == [1, 2]
     assert (run / "text.jsonl").read_text().count("baseline") == 1
     notes = []
-    prepare_run_dir(str(run), ResumePoint(), warn=notes.append)  # resume none: a new run in the same folder
-    assert not (run / "metrics.jsonl").exists() and (run / "previous_run" / "metrics.jsonl").exists()
-    assert "previous_run" in notes[0] and "--resume auto" in notes[0]
+    with pytest.raises(ConfigError, match="holds an earlier run"):  # resume none, no --overwrite
+        prepare_run_dir(str(run), ResumePoint(), warn=notes.append)
+    assert [r["step"] for r in _rows(run)] == [1, 2] and not notes
+    prepare_run_dir(str(run), ResumePoint(move_earlier=True), warn=notes.append)  # --overwrite
+    assert not (run / "metrics.jsonl").exists() and (run / "previous_run_1" / "metrics.jsonl").exists()
+    assert "previous_run_1" in notes[0] and "--resume auto" in notes[0] and "nothing deleted" in notes[0]
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "x": 10}) + "\n")  # the second run
+    prepare_run_dir(str(run), ResumePoint(move_earlier=True), warn=notes.append)  # a third one
+    assert [r["x"] for r in _rows(run / "previous_run_1")] == [1, 2]
+    assert [r["x"] for r in _rows(run / "previous_run_2")] == [10]
+    assert sorted(os.listdir(run)) == ["previous_run_1", "previous_run_2"]
+
+
+def test_every_checkpoint_corrupted_is_named_in_the_last_line(tmp_path):
+    """--resume auto when no full checkpoint verifies: the one-line error names each corrupted
+    file (not "saved no full state"), whether the run had finished (and total_steps was raised)
+    or not; the checkpoints are left as they are."""
+    from verl.trainer.checkpoint import CheckpointManager
+    from verl.trainer.resume import resolve_resume
+    from verl.trainer.run_folder import write_run_state
+
+    run = tmp_path / "run"
+    mgr = CheckpointManager(str(run), keep_last=5)
+    for step in (1, 2):
+        def write(folder, step=step):
+            with open(os.path.join(folder, "rng.pt"), "wb") as fh:
+                fh.write(bytes([step]) * 64)
+        path = mgr.save(step, "full", write)
+        with open(os.path.join(path, "rng.pt"), "r+b") as fh:
+            fh.write(b"\xff")  # same size, different checksum
+    for finished in (False, True):
+        if finished:
+            write_run_state(str(run), finished=True, global_step=2, total_steps=2, save_mode="full")
+        cfg = _config(tmp_path, "run", **{"checkpoint.resume": "auto", "training.total_steps": 4})
+        warnings = []
+        with pytest.raises(ConfigError) as err:
+            resolve_resume(cfg, warn=warnings.append)
+        message = str(err.value)
+        assert "saved no full state" not in message and message.count("'rng.pt'") == 2, message
+        assert "step_000001" in message and "step_000002" in message and "sha256" in message
+        assert sum("skipping checkpoint" in w for w in warnings) == 2
+    assert [step for step, _ in mgr.list()] == [1, 2]
 
 
 def _peft_gpt2(path):

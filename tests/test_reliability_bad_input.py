@@ -87,6 +87,10 @@ def results(tmp_path_factory, tiny_gpt2):
         except subprocess.TimeoutExpired as exc:  # fail that case only, not the whole module
             return subprocess.CompletedProcess(exc.cmd, -1, exc.stdout or "", f"timed out: {exc}")
 
+    # Each case in its own save_dir: runs at once on one folder are refused (its lock, run_lock.py).
+    shared = f"checkpoint.save_dir={tmp / 'out'}"  # small_overrides' default
+    cases = {name: [f"checkpoint.save_dir={tmp / name}" if a == shared else a for a in args]
+             for name, args in cases.items()}
     with ThreadPoolExecutor(max_workers=4) as pool:
         procs = dict(zip(cases, pool.map(go, cases.values())))
     return tmp, procs

@@ -21,6 +21,12 @@ folder is renamed to its final name, and only then are the pointer files replace
 via temp file + fsync + rename). A crash or `kill -9` at any moment therefore leaves the
 previous checkpoint and pointers intact; a half-written folder never has a final name.
 
+Which is newest: each manifest carries `seq`, one more than the largest `seq` in the folder
+when it was saved, so "newest" means "saved last" (a run resumed from an older step and saved
+again outranks the steps it abandoned). `find_latest` takes the newest folder of a kind that
+verifies; the pointer files are for people and other tools, and a stale one (a crash or a
+read-only folder between the rename and the pointer write) cannot make an older checkpoint win.
+
 Safety: weights are only written and read as safetensors. Optimizer, scheduler and RNG
 states are `torch.save`d as plain tensors/dicts/lists/numbers and read back with
 `torch.load(weights_only=True)`, which refuses pickled code.
@@ -36,7 +42,7 @@ import time
 from typing import Callable, Optional
 
 from verl.trainer.durable_files import (CheckpointError, atomic_write_json, atomic_write_text, files_under,
-                                         fsync_path, fsync_tree, sha256_file)
+                                         fsync_path, fsync_tree, sha256_file, test_kill_point)
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -119,13 +125,16 @@ class CheckpointManager:
         try:
             extra = write(tmp) or {}
             fsync_tree(tmp)
+            test_kill_point("ckpt_filled")
             files = {rel: {"size": os.path.getsize(os.path.join(tmp, rel)),
                            "sha256": sha256_file(os.path.join(tmp, rel))} for rel in files_under(tmp)}
-            manifest = {"format": FORMAT_VERSION, "step": int(step), "kind": kind, "files": files,
+            seq = 1 + max((order for order, _, _ in self._ordered()), default=(0, 0))[0]
+            manifest = {"format": FORMAT_VERSION, "step": int(step), "kind": kind, "files": files, "seq": seq,
                         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             manifest.update(meta or {})
             manifest.update(extra)
             atomic_write_json(os.path.join(tmp, MANIFEST), manifest)  # last file: marks the folder complete
+            test_kill_point("ckpt_manifest")
             trash = None
             if os.path.exists(final):  # the same step saved again (e.g. after a resume)
                 trash = os.path.join(self.root, f".trash-{name}-{os.getpid()}")
@@ -133,6 +142,7 @@ class CheckpointManager:
                 os.rename(final, trash)
             os.rename(tmp, final)
             fsync_path(self.root)
+            test_kill_point("ckpt_renamed")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -140,15 +150,17 @@ class CheckpointManager:
             shutil.rmtree(trash, ignore_errors=True)
         # Pointers last: until here they still name the previous (complete) checkpoint.
         atomic_write_text(os.path.join(self.root, "latest"), name + "\n")
+        test_kill_point("pointer_latest")
         if kind == "full":
             atomic_write_text(os.path.join(self.root, "latest_full"), name + "\n")
+            test_kill_point("pointer_latest_full")
         if prune:
             self.prune()
         return final
 
     # ------------------------------------------------------------ reading
     def list(self) -> list[tuple[int, str]]:
-        """(step, path) of every completed checkpoint folder (one with a manifest), oldest first."""
+        """(step, path) of every completed checkpoint folder (one with a manifest), by step."""
         if not os.path.isdir(self.root):
             return []
         out = []
@@ -159,33 +171,60 @@ class CheckpointManager:
                 out.append((int(m.group(1)), path))
         return sorted(out)
 
+    def _ordered(self) -> list[tuple[tuple[int, int], str, Optional[dict]]]:
+        """((seq, step), path, manifest or None if unreadable) of every completed folder, newest
+        (saved last) first. Manifests from before `seq` existed count as seq 0, i.e. by step."""
+        out = []
+        for step, path in self.list():
+            try:
+                manifest = read_manifest(path)
+            except CheckpointError:
+                manifest = None
+            seq = int((manifest or {}).get("seq", 0))
+            out.append(((seq, step), path, manifest))
+        return sorted(out, key=lambda item: item[0], reverse=True)
+
     def pointer(self, which: str = "latest") -> Optional[str]:
         path = os.path.join(self.root, which)
         if not os.path.isfile(path):
             return None
-        name = open(path, encoding="utf-8").read().strip()
+        try:
+            name = open(path, encoding="utf-8").read().strip()
+        except OSError:
+            return None
         return os.path.join(self.root, name) if STEP_RE.match(name) else None
 
-    def find_latest(self, kind: Optional[str] = "full", checksums: bool = True,
-                    warn: Callable[[str], None] = print) -> Optional[str]:
-        """The newest checkpoint of `kind` (None = any) that verifies; the pointer is tried
-        first, then every folder newest first (a corrupted one is skipped with a warning)."""
-        candidates = []
-        ptr = self.pointer("latest_full" if kind == "full" else "latest")
-        if ptr:
-            candidates.append(ptr)
-        candidates += [p for _, p in reversed(self.list()) if p not in candidates]
-        for path in candidates:
-            if not os.path.isdir(path):
+    def scan(self, kind: Optional[str] = "full", checksums: bool = True) -> tuple[Optional[str], list[str]]:
+        """(the newest checkpoint of `kind` (None = any) that verifies, or None; one line per
+        newer folder of that kind that was skipped, naming its bad file)."""
+        rejected = []
+        for _, path, manifest in self._ordered():
+            if manifest is not None and kind is not None and manifest.get("kind") != kind:
                 continue
             try:
                 manifest = verify_checkpoint(path, checksums=checksums)
             except CheckpointError as exc:
-                warn(f"warning: skipping checkpoint {path}: {exc}")
+                rejected.append(str(exc))
                 continue
             if kind is None or manifest.get("kind") == kind:
-                return path
-        return None
+                return path, rejected
+        return None, rejected
+
+    def find_latest(self, kind: Optional[str] = "full", checksums: bool = True,
+                    warn: Callable[[str], None] = print) -> Optional[str]:
+        """The newest checkpoint of `kind` (None = any) that verifies; each newer one that does
+        not is skipped with a warning, and a pointer that names an older one is reported."""
+        path, rejected = self.scan(kind, checksums)
+        for line in rejected:
+            warn(f"warning: skipping checkpoint {line}")
+        if path is not None and kind in ("full", None):
+            which = "latest_full" if kind == "full" else "latest"
+            ptr = self.pointer(which)
+            order = {p: o for o, p, _ in self._ordered()}
+            if ptr is not None and ptr in order and order[ptr] < order[path]:
+                warn(f"note: {os.path.join(self.root, which)} names {os.path.basename(ptr)}, but "
+                     f"{os.path.basename(path)} was saved after it and verifies; using {os.path.basename(path)}")
+        return path
 
     # ------------------------------------------------------------ pruning
     def prune(self) -> None:
@@ -193,12 +232,10 @@ class CheckpointManager:
         remove leftovers of interrupted saves from processes that are gone."""
         keep = {self.pointer("latest"), self.pointer("latest_full")}
         by_kind: dict[str, list[str]] = {}
-        for _, path in reversed(self.list()):
-            try:
-                kind = read_manifest(path).get("kind", "full")
-            except CheckpointError:
+        for _, path, manifest in self._ordered():
+            if manifest is None:
                 continue
-            by_kind.setdefault(kind, []).append(path)
+            by_kind.setdefault(manifest.get("kind", "full"), []).append(path)
         for paths in by_kind.values():
             for path in paths[self.keep_last:]:
                 if path not in keep:
@@ -207,9 +244,29 @@ class CheckpointManager:
                     os.rename(path, trash)
                     shutil.rmtree(trash, ignore_errors=True)
         for name in os.listdir(self.root):
-            m = re.match(r"^\.(tmp|trash)-step_\d+-(\d+)$", name)
-            if m and not _pid_alive(int(m.group(2))):
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+            pid = temp_owner(name)
+            if pid is not None and not _pid_alive(pid):
+                remove_path(os.path.join(self.root, name))
+
+
+TEMP_RE = re.compile(r"^\.(?:tmp|trash)-.+-(\d+)$|^.+\.tmp-(\d+)$")
+
+
+def temp_owner(name: str) -> Optional[int]:
+    """The pid in a temporary name this package writes (`.tmp-step_N-PID`, `.trash-step_N-PID`,
+    `.tmp-save-PID`, `latest.tmp-PID`, `run_state.json.tmp-PID`, ...), or None for other names."""
+    m = TEMP_RE.match(name)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def remove_path(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _pid_alive(pid: int) -> bool:

@@ -29,16 +29,47 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+def test_kill_point(name: str) -> None:
+    """TEST-ONLY crash hook. With VERL_TEST_KILL_AT=<name>:<n> in the environment, the n-th
+    time this process reaches the point `name` (1-based) it SIGKILLs itself, as a power cut
+    or `kill -9` would. Unset (always, outside tests/test_reliability_kill.py) it does nothing.
+    Points: docs/reliability.md, "Crash points"."""
+    spec = os.environ.get("VERL_TEST_KILL_AT")
+    if not spec:
+        return
+    point, _, nth = spec.rpartition(":")
+    if point != name:
+        return
+    _KILL_HITS[name] = _KILL_HITS.get(name, 0) + 1
+    if _KILL_HITS[name] == int(nth):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_KILL_HITS: dict = {}  # point -> times reached in this process (test_kill_point only)
+
+
 def atomic_write_text(path: str, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
+    """Write `text` to `path` so that readers see the old or the new content, never a mix.
+    An error removes the temp file; a crash leaves `<path>.tmp-<pid>`, which the next run
+    in the folder removes (verl.trainer.run_folder.clean_stale_temps)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        test_kill_point(f"tmp:{os.path.basename(path)}")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     fsync_path(folder)
 
 

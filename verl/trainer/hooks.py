@@ -19,10 +19,15 @@ import os
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
 from verl.trainer.checkpoint import CheckpointError, CheckpointManager
-from verl.trainer.model_files import is_peft_model, load_module_weights, save_lora_adapters, save_pretrained_into
+from verl.trainer.durable_files import test_kill_point
+from verl.trainer.model_files import (check_lora_model, is_peft_model, load_module_weights, save_lora_adapters,
+                                      save_model_folder, save_pretrained_into)
 from verl.trainer.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
                                  write_run_state)
-from verl.trainer.signals import StopTraining, stop_requested
+from verl.trainer.run_folder import file_records
+from verl.trainer.run_lock import hold_run_folder
+from verl.trainer.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpoint_write, note_checkpoint,
+                                  stop_requested)
 
 
 class RunHooks:
@@ -32,6 +37,9 @@ class RunHooks:
         # Where the run starts (fresh, a checkpoint, already finished) is settled before the
         # logger opens metrics.jsonl, so that a resumed log continues without duplicated steps.
         self.resume_point = getattr(trainer, "resume_point", None) or resolve_resume(cfg, warn=self._say)
+        # The folder's lock (taken by resolve_resume) belongs to this run until close().
+        self._lock = hold_run_folder(trainer.output_dir)
+        self._lock.adopt(self, say=self._say)
         prepare_run_dir(trainer.output_dir, self.resume_point, warn=self._say)
         self.checkpoints = CheckpointManager(trainer.output_dir, cfg.checkpoint.keep_last)
         if cfg.checkpoint.save_mode == "lora" and not is_peft_model(trainer.actor.model):
@@ -45,6 +53,7 @@ class RunHooks:
         self.skipped_steps = 0  # all such steps in the run (logged as training/skipped_steps)
         self.last_good_step = 0
         self._full_saved_at = -1
+        self._full_path = None  # the full checkpoint saved (or restored) at step _full_saved_at
         self.finished = False  # set by finish(); Trainer.train() stops on it
         self.util = None
         if trainer.device.type == "cuda":
@@ -59,7 +68,10 @@ class RunHooks:
 
         self.validator = Validator(trainer)
         self.started = False
+        self._step_start_data = None  # the prompt loader's state when the step in progress began
         self._restore()
+        if self._full_path:
+            note_checkpoint(self._full_path)  # a forced stop names it as the last completed checkpoint
 
     # ------------------------------------------------------------------ resume
     def _restore(self) -> None:
@@ -69,6 +81,7 @@ class RunHooks:
             self.bad_steps = int(counters.get("bad_steps", 0))
             self.skipped_steps = int(counters.get("skipped_steps", 0))
             self.last_good_step = int(counters.get("last_good_step", t.global_step))
+            self._full_saved_at, self._full_path = t.global_step, point.path
         elif point.finished:
             self._load_final_actor()
             t.global_step = point.step
@@ -95,13 +108,20 @@ class RunHooks:
     def _say(self, line: str) -> None:
         from tqdm import tqdm
 
-        tqdm.write(line)
+        from verl.redact import redact
+
+        tqdm.write(redact(line))  # configured secrets never reach the console (verl/redact.py)
 
     def before_training(self) -> None:
         t = self.trainer
+        if self.resume_point.final_save and not self.finished:
+            self.finish(redo=True)  # the state of the last step is back; only its final save was cut short
+            return
         if t.global_step >= t.config.training.total_steps:
             self._say(self.resume_point.note or f"already at step {t.global_step} of "
                       f"training.total_steps={t.config.training.total_steps}; nothing to train")
+            self.close()  # nothing will be written: let go of the folder
+            return
         if stop_requested():
             raise StopTraining(f"stopped by {stop_requested()} before the first step; nothing to save")
         self.progress = ProgressBar(t.config.training.total_steps, t.config.logging.progress_bar,
@@ -109,16 +129,24 @@ class RunHooks:
 
     def before_step(self) -> None:
         """Before the first step of this process: the baseline prompt's answer and, with
-        validation on, the untrained policy's held-out scores (logged at step 0)."""
+        validation on, the untrained policy's held-out scores (logged at step 0). A stop request
+        during them ends the run at once: nothing was trained, so there is nothing to save."""
+        t = self.trainer
+        # A step that a stop abandons before its update (stop_mid_step) must draw the same prompts on resume.
+        self._step_start_data = t.train_data.state_dict()
         if self.started:
             return
         self.started = True
         self.started_at = time.monotonic()
-        t = self.trainer
         if t.global_step == 0:
-            self._baseline("before")
-            if self.validator.enabled and t.config.training.val_every:
-                self.tracker.log(self.validator.run(0), 0)
+            try:
+                self._baseline("before")
+                if self.validator.enabled and t.config.training.val_every:
+                    self.tracker.log(self.validator.run(0), 0)
+                abandon_if_stopped("the start of step 1")
+            except Interrupted as exc:
+                self.close()
+                raise StopTraining(f"{exc}; nothing was trained yet, so there is nothing to save") from None
 
     def _baseline(self, when: str) -> None:
         answer = self.validator.baseline_answer()
@@ -137,7 +165,10 @@ class RunHooks:
         val_every = t.config.training.val_every
         last = step >= t.config.training.total_steps or self._out_of_time()
         if self.validator.enabled and val_every and (step % val_every == 0 or last):
-            metrics.update(self.validator.run(step))
+            try:
+                metrics.update(self.validator.run(step))
+            except Interrupted:
+                pass  # a stop cut the validation short; the step itself is complete and is saved below
         metrics.update(system_metrics(t.device, self.util))
         if self.peak_flops and "timing_s/update_actor" in metrics:
             # Actor update MFU: 6 N FLOPs per token (forward + backward) over every epoch.
@@ -195,10 +226,30 @@ class RunHooks:
 
     def _stop_on_signal(self, name: str) -> None:
         t = self.trainer
-        path = self.save_checkpoint("full", f"signal {name}")
+        path = (self._full_path if self._full_saved_at == t.global_step  # a periodic save of this step
+                else self.save_checkpoint("full", f"signal {name}"))
         self.close()
         raise StopTraining(f"stopped by {name} after step {t.global_step} of {t.config.training.total_steps}; "
                            f"full state saved to {path}; continue with the same command plus --resume auto")
+
+    def stop_mid_step(self, exc: Interrupted) -> None:
+        """A stop request cut the step in progress short in one of its waits (generation's reward
+        scoring, see verl/trainer/signals.py), before its update: the weights, optimizers and counters
+        are still those of the last completed step. Rewind the prompt loader to where the step began,
+        save that state (unless it is already on disk) and raise StopTraining."""
+        t = self.trainer
+        total = t.config.training.total_steps
+        if self._step_start_data is not None:
+            t.train_data.load_state_dict(self._step_start_data)
+        if t.global_step == 0:
+            self.close()
+            raise StopTraining(f"{exc} of step 1; nothing was trained yet, so there is nothing to save")
+        path = (self._full_path if self._full_saved_at == t.global_step
+                else self.save_checkpoint("full", f"signal {stop_requested() or 'request'}"))
+        self.close()
+        raise StopTraining(f"{exc} of step {t.global_step + 1} of {total}; that step was abandoned; the full state "
+                           f"after step {t.global_step} is saved in {path}; continue with the same command plus "
+                           "--resume auto")
 
     # ------------------------------------------------------------------ saving
     def _periodic_save(self, step: int) -> None:
@@ -221,28 +272,36 @@ class RunHooks:
         else:
             def write(folder):
                 save_pretrained_into(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
-        path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
+        with checkpoint_write():  # a forced stop lets a checkpoint being written finish (verl/trainer/signals.py)
+            path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
+            note_checkpoint(path)
         if kind == "full":
-            self._full_saved_at = t.global_step
+            self._full_saved_at, self._full_path = t.global_step, path
         return path
 
-    def finish(self) -> None:
+    def finish(self, redo: bool = False) -> None:
         """The final save (checkpoint.save_mode) and the run's end: the actor (or the LoRA
-        adapters) in save_dir itself, plus the full state under checkpoints/ for `full`."""
+        adapters) in save_dir itself, plus the full state under checkpoints/ for `full`.
+        run_state.json, written last, lists the final files (sizes, checksums): a resume that
+        finds them incomplete redoes this from the full state of the last step (`redo`)."""
         t = self.trainer
-        self._baseline("after")
+        if not (redo and self._logged_text("baseline/after", t.global_step)):
+            self._baseline("after")
         mode = t.config.checkpoint.save_mode
         complete = t.global_step >= t.config.training.total_steps  # else: training.max_minutes ran out
         full = None
         if mode == "full" or not complete:  # an early stop keeps a resumable state
-            full = (self.checkpoints.pointer("latest_full") if self._full_saved_at == t.global_step
+            full = (self._full_path if self._full_saved_at == t.global_step
                     else self.save_checkpoint("full", "final" if complete else "time budget"))
         if mode == "lora":
-            path = save_lora_adapters(t.actor.model, t.tokenizer, t.output_dir)
-        else:
-            path = t.save_actor(t.output_dir)
+            check_lora_model(t.actor.model)
+        files = save_model_folder(t.actor.model, t.tokenizer, t.output_dir, merge_lora=mode != "lora")
+        path = t.output_dir
+        test_kill_point("final_before_run_state")
         write_run_state(t.output_dir, finished=complete, global_step=t.global_step,
-                        total_steps=t.config.training.total_steps, save_mode=mode, full_state=full)
+                        total_steps=t.config.training.total_steps, save_mode=mode, full_state=full,
+                        final_files=file_records(t.output_dir, files))
+        test_kill_point("final_after_run_state")
         what = "LoRA adapters" if mode == "lora" else "actor"
         ended = "finished" if complete else "stopped (training.max_minutes)"
         print(f"training {ended} at step {t.global_step}; {what} saved to {path}"
@@ -251,6 +310,13 @@ class RunHooks:
         self.finished = True
         self.close()
 
+    def _logged_text(self, key: str, step: int) -> bool:
+        """Whether text.jsonl already has `key` at `step` (a redone final save logs it once)."""
+        from verl.tracking.plot import read_jsonl
+
+        rows = read_jsonl(os.path.join(self.trainer.output_dir, "text.jsonl"))
+        return any(row.get("key") == key and row.get("step") == step for row in rows)
+
     def close(self) -> None:
         if self.progress is not None:
             self.progress.close()
@@ -258,3 +324,4 @@ class RunHooks:
             self.util.stop()
             self.util = None
         self.tracker.close()
+        self._lock.release(self)  # another run may use the folder now

@@ -9,7 +9,7 @@ import shutil
 
 import torch
 
-from verl.trainer.durable_files import CheckpointError, files_under, fsync_path, fsync_tree
+from verl.trainer.durable_files import CheckpointError, files_under, fsync_path, fsync_tree, test_kill_point
 
 
 def is_peft_model(model) -> bool:
@@ -20,22 +20,31 @@ def is_peft_model(model) -> bool:
     return isinstance(model, PeftModel)
 
 
-def _save_folder_atomically(model, tokenizer, path: str, merge_lora: bool) -> str:
-    """save_pretrained into a temporary folder next to `path`, fsync, then move each file
-    in with an atomic rename (a crash never leaves a half-written file under its name)."""
+def save_model_folder(model, tokenizer, path: str, merge_lora: bool) -> list[str]:
+    """save_pretrained into a temporary folder `path/.tmp-save-<pid>`, fsync, then move each
+    file in with an atomic rename (a crash never leaves a half-written file under its name).
+    Returns the names (relative to `path`) of the files written: the final save records their
+    sizes and checksums in run_state.json, so a resume can tell a complete final save from one
+    a crash cut short (several files, moved one by one, are not one atomic step). A crash leaves
+    the temp folder, which the next run in the folder removes (run_folder.clean_stale_temps)."""
     os.makedirs(path, exist_ok=True)
     tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         save_pretrained_into(model, tokenizer, tmp, merge_lora=merge_lora)
         fsync_tree(tmp)
-        for rel in files_under(tmp):
+        test_kill_point("model_tmp_filled")
+        names = files_under(tmp)
+        for i, rel in enumerate(names):
+            if i == len(names) // 2:
+                test_kill_point("model_half_moved")
             os.makedirs(os.path.dirname(os.path.join(path, rel)), exist_ok=True)
             os.replace(os.path.join(tmp, rel), os.path.join(path, rel))
         fsync_path(path)
+        test_kill_point("model_moved")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return names
 
 
 def save_hf_model(model, tokenizer, path: str) -> str:
@@ -45,16 +54,22 @@ def save_hf_model(model, tokenizer, path: str) -> str:
     adapters), so the folder is a plain model. Files are written into a temporary folder
     next to `path` and moved in one by one with an atomic rename each.
     """
-    return _save_folder_atomically(model, tokenizer, path, merge_lora=True)
+    save_model_folder(model, tokenizer, path, merge_lora=True)
+    return path
 
 
 def save_lora_adapters(model, tokenizer, path: str) -> str:
     """PEFT adapter folder (adapter_model.safetensors + adapter_config.json + tokenizer),
     loadable with `PeftModel.from_pretrained(base, path)`. Atomic like `save_hf_model`."""
+    check_lora_model(model)
+    save_model_folder(model, tokenizer, path, merge_lora=False)
+    return path
+
+
+def check_lora_model(model) -> None:
     if not is_peft_model(model):
         raise CheckpointError("checkpoint.save_mode: 'lora' saves LoRA adapters, but the actor is not a LoRA "
                               "(peft) model; set model.lora.rank > 0 or use --save_actor_only")
-    return _save_folder_atomically(model, tokenizer, path, merge_lora=False)
 
 
 def save_pretrained_into(model, tokenizer, path: str, merge_lora: bool) -> None:

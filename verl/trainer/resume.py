@@ -1,6 +1,7 @@
 """Full training state: what an exact resume needs, how it is written, found and restored.
 
-    state = resolve_resume(cfg)            # where to start: fresh, a checkpoint, or finished
+    state = resolve_resume(cfg)            # where to start: fresh, a checkpoint, a final save to
+                                           # finish, or finished (claims the folder: run_folder.py)
     prepare_run_dir(cfg.checkpoint.save_dir, state)   # metrics.jsonl continues without duplicates
     write_full_state(trainer, folder)      # the writer CheckpointManager.save() calls
     restore_full_state(trainer, path)      # back into a freshly built Trainer
@@ -22,19 +23,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from typing import Optional
 
 from verl.config import ConfigError
 from verl.trainer.checkpoint import CheckpointError, CheckpointManager, read_manifest, verify_checkpoint
-from verl.trainer.durable_files import atomic_write_json, atomic_write_text, load_torch, save_torch
+from verl.trainer.durable_files import atomic_write_json, load_torch, save_torch
 from verl.trainer.model_files import load_module_weights, save_module, save_pretrained_into
 from verl.trainer.rng_state import capture_rng, restore_rng
-
-RUN_STATE = "run_state.json"
-LOG_FILES = ("metrics.jsonl", "samples.jsonl", "text.jsonl")
+from verl.trainer.run_folder import (LOG_FILES, RUN_STATE, claim_run_folder, clean_stale_temps, continues_in,
+                                     describe_earlier_run, earlier_run_refusal, final_save_problem,
+                                     prepare_run_dir, read_run_state, write_run_state)
 
 # Config keys that may change between a checkpoint and its resume: they do not change the
 # training math (or only by float rounding), so the resumed run still matches.
@@ -50,7 +50,7 @@ SAFE_TO_CHANGE = (
     "rollout.name", "rollout.batch_size", "rollout.max_num_seqs", "rollout.gpu_memory_utilization",
     "rollout.tensor_model_parallel_size", "rollout.max_num_batched_tokens", "rollout.max_model_len",
     "rollout.enable_sleep_mode", "rollout.kv_cache_gb", "rollout.enforce_eager",
-    "data.val_files", "data.val_n", "data.val_max_samples", "data.baseline_prompt",
+    "data.val_files", "data.val_source", "data.val_n", "data.val_max_samples", "data.baseline_prompt",
     "reward_fn.device", "reward_fn.rm_batch_size", "reward_fn.timeout_s", "reward_fn.max_retries",
     "reward_fn.concurrency", "reward_fn.api_key_env",
     "logging", "checkpoint", "distributed", "device",
@@ -60,12 +60,16 @@ SAFE_TO_CHANGE = (
 @dataclass
 class ResumePoint:
     """Where a run starts. `path` is None for a fresh start; `finished` means there is
-    nothing left to train (global_step >= training.total_steps)."""
+    nothing left to train (global_step >= training.total_steps) and the final save is complete;
+    `final_save` means the state at `path` is the last step but the final save a crash cut short
+    must be redone from it; `move_earlier` means an earlier run in save_dir goes to previous_run_N/."""
 
     path: Optional[str] = None
     step: int = 0
     finished: bool = False
     note: str = ""
+    final_save: bool = False
+    move_earlier: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -192,22 +196,6 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     return diffs
 
 
-def read_run_state(save_dir: str) -> Optional[dict]:
-    path = os.path.join(save_dir, RUN_STATE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def write_run_state(save_dir: str, **fields) -> None:
-    fields.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    atomic_write_json(os.path.join(save_dir, RUN_STATE), fields)
-
-
 def _checkpoint_at(spec: str, warn) -> str:
     """A checkpoint folder from a user path: a step folder, a checkpoints/ folder or a save_dir."""
     path = os.path.abspath(os.path.expanduser(spec))
@@ -226,30 +214,92 @@ def _checkpoint_at(spec: str, warn) -> str:
 
 
 def resolve_resume(cfg, warn=print) -> ResumePoint:
-    """Where this run starts, from `checkpoint.resume` (none | auto | PATH); raises ConfigError
-    (one line, exit 2) for a bad path, a non-resumable checkpoint or a changed config."""
+    """Where this run starts, from `checkpoint.resume` (none | auto | PATH). First the folder is
+    checked and claimed for this process (run_folder.claim_run_folder: exit 2 when it is a file,
+    not writable, or in use by another run) and temp files of crashed saves are removed, all
+    before any model loads. Raises ConfigError (one line, exit 2) for a bad path, a
+    non-resumable checkpoint, a changed config, or a new run over an earlier one.
+
+    Called again in the same process with the same config before the run starts (the CLI, then
+    the Trainer it builds), it returns the same answer without repeating its warnings."""
+    ck = cfg.checkpoint
+    lock = claim_run_folder(ck.save_dir)
+    key = json.dumps(scrub_config(cfg.to_dict()), sort_keys=True)
+    if lock.owner() is None and lock.memo.get("key") == key:
+        return lock.memo["point"]
+    try:
+        removed = clean_stale_temps(ck.save_dir)
+        if removed:
+            warn(f"note: removed what interrupted saves left in {ck.save_dir}: {', '.join(removed)}")
+        point = _resolve(cfg, warn)
+    except BaseException:
+        if lock.owner() is None:
+            lock.release()
+        raise
+    lock.memo = {"key": key, "point": point}
+    return point
+
+
+def _new_run(cfg, note: str = "", allow_earlier: bool = False, path: Optional[str] = None,
+             step: int = 0) -> ResumePoint:
+    """A run that does not continue the one in save_dir: refused over an earlier run unless
+    checkpoint.overwrite (or `allow_earlier`); the earlier run then moves to previous_run_N/."""
+    save_dir = cfg.checkpoint.save_dir
+    what = describe_earlier_run(save_dir)
+    if what is not None and not (cfg.checkpoint.overwrite or allow_earlier):
+        raise earlier_run_refusal(save_dir, what)
+    return ResumePoint(path, step, False, note, move_earlier=what is not None)
+
+
+def _final_done(save_dir: str, step: int) -> Optional[str]:
+    """None when run_state.json says the run finished at `step` and its final save is all
+    there; else why not."""
+    run = read_run_state(save_dir) or {}
+    if not run.get("finished"):
+        return "run_state.json does not say finished" if run else "there is no run_state.json"
+    if int(run.get("global_step", -1)) != step:
+        return f"run_state.json is from step {run.get('global_step')}"
+    return final_save_problem(save_dir, run)
+
+
+def _resolve(cfg, warn) -> ResumePoint:
     ck = cfg.checkpoint
     spec = (ck.resume or "none").strip()
     total = cfg.training.total_steps
     if spec == "none":
-        return ResumePoint()
+        return _new_run(cfg)
     mgr = CheckpointManager(ck.save_dir, ck.keep_last)
     if spec == "auto":
-        path = mgr.find_latest("full", warn=warn)
+        said: list[str] = []
+
+        def tell(line: str) -> None:
+            said.append(line)
+            warn(line)
+
+        path = mgr.find_latest("full", warn=tell)
+        corrupted = [line.removeprefix("warning: skipping checkpoint ") for line in said
+                     if line.startswith("warning: skipping checkpoint ")]
         run = read_run_state(ck.save_dir) or {}
         finished_at = int(run.get("global_step", 0)) if run.get("finished") else None
         ckpt_step = int(read_manifest(path)["step"]) if path else None
         if finished_at is not None and finished_at >= total:
-            return ResumePoint(path if ckpt_step == finished_at else None, finished_at, True,
-                               f"the run in {ck.save_dir} already finished at step {finished_at} "
-                               f"(training.total_steps={total}); nothing to train. Raise training.total_steps "
-                               "to train further.")
+            problem = final_save_problem(ck.save_dir, run)
+            if problem is None:
+                return ResumePoint(path if ckpt_step == finished_at else None, finished_at, True,
+                                   f"the run in {ck.save_dir} already finished at step {finished_at} "
+                                   f"(training.total_steps={total}); nothing to train. Raise training.total_steps "
+                                   "to train further.")
+            warn(f"warning: the final save of the run in {ck.save_dir} (step {finished_at}) is damaged: {problem}")
         if path is None:
+            if corrupted:  # the last line names what the warnings above found
+                raise ConfigError(f"checkpoint.resume: no full-state checkpoint in {mgr.root} verifies ("
+                                  + "; ".join(corrupted) + "); restore those files, or start over with --resume none "
+                                  "--overwrite (the earlier run is kept in previous_run_N/)")
             if finished_at is not None:
                 raise ConfigError(f"checkpoint.resume: the run in {ck.save_dir} finished at step {finished_at} but "
                                   "saved no full state to continue from; save it with --save_full_state "
-                                  "(or start over with --resume none)")
-            return ResumePoint(note=f"no checkpoint in {mgr.root}; starting from step 0")
+                                  "(or start over with --resume none --overwrite)")
+            return _new_run(cfg, f"no checkpoint in {mgr.root}; starting from step 0", allow_earlier=True)
         if finished_at is not None and ckpt_step < finished_at:
             warn(f"warning: the run finished at step {finished_at} but its newest full state is step {ckpt_step}; "
                  f"steps {ckpt_step + 1}..{finished_at} will be trained again")
@@ -272,58 +322,21 @@ def resolve_resume(cfg, warn=print) -> ResumePoint:
                               f"change training: {listing}. Pass --resume_force to resume anyway, or --resume none")
         warn(f"warning: resuming with a changed config (--resume_force): {listing}")
     step = int(state["global_step"])
+    here = continues_in(ck.save_dir, path)  # else: a checkpoint of another folder starts a run here
     if step >= total:
-        return ResumePoint(path, step, True,
-                           f"the checkpoint {path} is at step {step}, training.total_steps={total}: the run already "
-                           "finished; nothing to train. Raise training.total_steps to train further.")
-    return ResumePoint(path, step, False, f"resuming from {path} (step {step} of {total})")
-
-
-# ---------------------------------------------------------------------------
-# The run folder: logs continue without duplicated steps
-# ---------------------------------------------------------------------------
-
-
-def _truncate_jsonl(path: str, last_step: int) -> None:
-    """Keep the rows with step <= last_step (rows logged after the checkpoint are redone)."""
-    if not os.path.isfile(path):
-        return
-    kept = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash
-            if isinstance(row, dict) and int(row.get("step", 0)) <= last_step:
-                kept.append(json.dumps(row, ensure_ascii=False) + "\n")
-
-    atomic_write_text(path, "".join(kept))
-
-
-def prepare_run_dir(save_dir: str, point: ResumePoint, warn=print) -> None:
-    """Before the logger opens its files. Resuming from step k: drop log rows after step k.
-    A fresh start in a folder that holds an earlier run: move that run's logs, checkpoints
-    and run state to `previous_run/` (replacing an older one) and say so."""
-    os.makedirs(save_dir, exist_ok=True)
-    if point.path is not None or point.finished:
-        if not point.finished:
-            for name in LOG_FILES:
-                _truncate_jsonl(os.path.join(save_dir, name), point.step)
-        return
-    old = [n for n in (*LOG_FILES, RUN_STATE, "checkpoints") if os.path.exists(os.path.join(save_dir, n))]
-    metrics = os.path.join(save_dir, "metrics.jsonl")
-    has_run = os.path.isdir(os.path.join(save_dir, "checkpoints")) or (
-        os.path.isfile(metrics) and os.path.getsize(metrics) > 0)
-    if not has_run:
-        return
-    dest = os.path.join(save_dir, "previous_run")
-    shutil.rmtree(dest, ignore_errors=True)
-    os.makedirs(dest)
-    for name in old:
-        os.replace(os.path.join(save_dir, name), os.path.join(dest, name))
-    warn(f"note: {save_dir} held an earlier run; starting a new one there (its logs and checkpoints moved to "
-         f"{dest}; pass --resume auto to continue a run instead)")
+        why = _final_done(ck.save_dir, step) if here else None
+        if here and why is None:
+            return ResumePoint(path, step, True,
+                               f"the checkpoint {path} is at step {step}, training.total_steps={total}: the run "
+                               "already finished; nothing to train. Raise training.total_steps to train further.")
+        note = (f"the state at {path} is the last step ({step} of {total}); "
+                + (f"the final save in {ck.save_dir} is not complete ({why}); " if here else "")
+                + f"writing the final save into {ck.save_dir} from it")
+        point = ResumePoint(path, step, False, note) if here else _new_run(cfg, note, path=path, step=step)
+        point.final_save = True
+        return point
+    note = f"resuming from {path} (step {step} of {total})"
+    return ResumePoint(path, step, False, note) if here else _new_run(cfg, note, path=path, step=step)
 
 
 def _versions() -> dict:
@@ -340,5 +353,5 @@ def _versions() -> dict:
 
 
 __all__ = ["ResumePoint", "resolve_resume", "prepare_run_dir", "write_full_state", "restore_full_state",
-           "config_differences", "read_run_state", "write_run_state", "CheckpointError"]
+           "config_differences", "read_run_state", "write_run_state", "CheckpointError", "LOG_FILES", "RUN_STATE"]
 
