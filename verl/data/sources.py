@@ -9,9 +9,10 @@ Two row layouts are understood (see docs/data.md):
                 "reward_model": {"style": "rule", "ground_truth": "72"},
                 "extra_info": {...}}
 
-Every problem (missing file, empty dataset, malformed JSON line, a row without the
-prompt key, a prompt that is neither text nor chat messages) raises `DataError` with a
-one-line message naming the file and the line (jsonl, 1-based) or row (0-based).
+Every problem (missing file, empty dataset, bytes that are not UTF-8, malformed JSON line,
+a row without the prompt key, a prompt that is neither text nor chat messages) raises
+`DataError` with a one-line message naming the file and the line (jsonl, 1-based) or row
+(0-based).
 """
 
 from __future__ import annotations
@@ -104,24 +105,51 @@ def _source_name(path: str) -> str:
     return base or "unknown"
 
 
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _not_utf8(where: str, line: bytes, exc: UnicodeDecodeError) -> DataError:
+    """`exc` was raised decoding `line` (one line of the file)."""
+    return DataError(f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02x}, the line's byte {exc.start + 1}); "
+                     "save the file as UTF-8")
+
+
 def _read_jsonl(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
     rows, source = [], _source_name(path)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path} line {lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-            rows.append(record_to_row(record, prompt_key, answer_key, where, source))
+    # Bytes first, decoded line by line: a non-UTF-8 byte is reported with its line (text-mode
+    # reading would raise a bare UnicodeDecodeError somewhere in the file).
+    for lineno, raw in enumerate(_read_bytes(path).splitlines(), start=1):
+        where = f"{path} line {lineno}"
+        try:
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # a BOM may open the file
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(where, raw, exc) from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        rows.append(record_to_row(record, prompt_key, answer_key, where, source))
     return rows
 
 
 def _read_json(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    raw = _read_bytes(path)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        for lineno, line in enumerate(raw.splitlines(), start=1):  # find the line to name
+            try:
+                line.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(f"{path} line {lineno}", line, exc) from None
+        raise DataError(f"{path}: not UTF-8 text; save the file as UTF-8") from None  # split inside a character
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -147,8 +175,12 @@ def _read_parquet(path: str, prompt_key: str, answer_key: str) -> list[PromptRow
         raise DataError(f"{path} row 0: no '{prompt_key}' column (columns: {', '.join(table.column_names)}); "
                         f"set data.prompt_key to the column that holds the prompt")
     source = _source_name(path)
+    try:
+        records = table.to_pylist()
+    except Exception as exc:  # noqa: BLE001 - e.g. a string column holding bytes that are not UTF-8
+        raise DataError(f"{path}: cannot read its rows ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     return [record_to_row(r, prompt_key, answer_key, f"{path} row {i}", source)
-            for i, r in enumerate(table.to_pylist())]
+            for i, r in enumerate(records)]
 
 
 def rows_from_dataset(dataset: Any, prompt_key: str = "prompt", answer_key: str = "answer",

@@ -1,7 +1,11 @@
 """Loading tokenizers and causal LMs from a hub name, a local folder, a GGUF file or `tiny:<arch>`.
 
-Errors name the config key (`model.name`, `critic.name`, ...) so a bad path is a
-one-line fix, not a transformers traceback.
+Errors are one line naming the config key (`model.name`, `critic.name`, `reward_fn.model_name`):
+a path that does not exist; a hub name with no hub and no cached copy (decided in seconds,
+verl/models/hub.py); a broken file of the folder, named (verl/models/folder_check.py); a model
+that ships its own code while that role's `trust_remote_code` key is off, naming that key.
+`check_context_length` refuses, before any weights load, prompt + response lengths beyond the
+model's positions. A stop request (SIGINT/SIGTERM) before a load ends the run there.
 """
 
 from __future__ import annotations
@@ -40,27 +44,75 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-def _path_or_hub(name: str, key: str) -> str:
+def model_path(name: str, key: str) -> str:
+    """What from_pretrained gets for `name`: a local folder (tiny: and fetched short names
+    resolved), or a hub id that is loadable now (verl/models/hub.py). Errors name `key`."""
     path = resolve_model_name(name)
+    expanded = os.path.expanduser(path)
+    if os.path.exists(expanded):
+        return expanded
     looks_local = path.startswith((".", "/", "~")) or os.sep in path.strip("/").split("/", 1)[-1]
-    if looks_local and not os.path.exists(os.path.expanduser(path)):
+    if looks_local:
         raise ModelLoadError(f"{key}: '{name}' does not exist (expected a local model folder or a hub name)")
-    return os.path.expanduser(path)
+    from verl.models.hub import resolve_hub_name
+
+    return resolve_hub_name(path, key)
 
 
-def load_tokenizer(name: str, key: str = "model.name", trust_remote_code: bool = False, gguf_file=None):
-    """Tokenizer with a pad token (EOS when it has none) and left padding for generation."""
+_path_or_hub = model_path  # the older name, used by the critic
+
+
+def _stop_before_loading(key: str, name: str) -> None:
+    """A stop request that came while earlier models loaded ends the run before the next load."""
+    from verl.trainer.signals import StopTraining, stop_requested
+
+    if stop_requested():
+        raise StopTraining(f"stopped by {stop_requested()} while loading the models (before {key} '{name}'); "
+                           "nothing was trained yet, so there is nothing to save")
+
+
+def load_error(exc: BaseException, name: str, path: str, key: str, what: str,
+               trust_key: str | None = None, trust_note: str = "") -> BaseException:
+    """The error to raise for a failed from_pretrained of `what` ("a tokenizer", "a causal LM")
+    from `name` (at `path`): a ModelLoadError naming `key` and, where it can tell, the broken
+    file or the `trust_key` that would let the model's own code run; the original exception for
+    running out of memory and for failures it cannot attribute to the model files."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "out of memory" in text.lower() or type(exc).__name__ == "OutOfMemoryError":
+        return exc
+    from verl.models.folder_check import broken_file
+
+    broken = broken_file(path)
+    if broken:
+        return ModelLoadError(f"{key}: cannot load {what} from '{name}': {broken}")
+    if trust_key and "trust_remote_code" in str(exc):
+        return ModelLoadError(f"{trust_key}: '{name}' ships its own model code (auto_map in its config.json), which "
+                              f"runs only with {trust_key}: true; set it if you trust that code{trust_note}")
+    if isinstance(exc, (OSError, ValueError)) or "safetensor" in type(exc).__name__.lower():
+        return ModelLoadError(f"{key}: cannot load {what} from '{name}': {text}")
+    return exc
+
+
+def load_tokenizer(name: str, key: str = "model.name", trust_remote_code: bool = False, gguf_file=None,
+                   trust_key: str | None = None):
+    """Tokenizer with a pad token (EOS when it has none) and left padding for generation.
+    `trust_key`: the config key of `trust_remote_code` (default: the section of `key`'s)."""
+    from verl.trainer.signals import phase
+
+    _stop_before_loading(key, name)
+    path = model_path(name, key)  # before importing transformers: a hub name without a hub fails in a second
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    path = _path_or_hub(name, key)
     kwargs = {"trust_remote_code": trust_remote_code}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
     try:
-        tok = AutoTokenizer.from_pretrained(path, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{key}: cannot load a tokenizer from '{name}': {str(exc).splitlines()[0]}") from None
+        with phase(f"loading the tokenizer of {key} '{name}'"):
+            tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
+        raise load_error(exc, name, path, key, "a tokenizer", trust_key or key.split(".")[0] + ".trust_remote_code",
+                         ) from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -91,21 +143,67 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
     model that will run on `device_type`."""
     from transformers import AutoModelForCausalLM
 
+    from verl.trainer.signals import phase
+
     name = name or model_cfg.name
-    path = _path_or_hub(name, key)
+    _stop_before_loading(key, name)
+    path = model_path(name, key)
     kwargs = dict(dtype=dtype, trust_remote_code=model_cfg.trust_remote_code,
                   attn_implementation=attn_implementation(model_cfg, device_type))
     try:
-        if model_cfg.gguf_file:
-            from verl.models.gguf import load_gguf_model
+        with phase(f"loading {key} '{name}'"):
+            if model_cfg.gguf_file:
+                from verl.models.gguf import load_gguf_model
 
-            model = load_gguf_model(path, model_cfg.gguf_file, dtype)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{key}: cannot load a causal LM from '{name}': {str(exc).splitlines()[0]}") from None
+                model = load_gguf_model(path, model_cfg.gguf_file, dtype)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
+        raise load_error(exc, name, path, key, "a causal LM", "model.trust_remote_code") from None
     disable_dropout(model)
     return model
+
+
+POSITION_KEYS = ("n_positions", "max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def model_max_positions(name: str, key: str = "model.name", trust_remote_code: bool = False,
+                        gguf_file=None) -> tuple[int | None, str | None]:
+    """(the most positions the model's config allows, the config field that says so), read from
+    its config alone (no weights); (None, None) when the config does not say or cannot be read
+    here (loading the model then reports why)."""
+    from transformers import AutoConfig
+
+    path = model_path(name, key)
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+    except Exception:  # noqa: BLE001 - the model load that follows names the problem
+        return None, None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    saved = text.to_dict()  # the names as written in config.json (GPT-2's n_positions, not its alias)
+    for field in POSITION_KEYS:
+        value = saved.get(field, getattr(text, field, None))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, field
+    return None, None
+
+
+def check_context_length(cfg) -> None:
+    """data.max_prompt_length + rollout.max_new_tokens must fit the actor's positions: beyond them a
+    model with learned position embeddings fails deep inside generation (`IndexError: index out of
+    range in self`) and a rotary one runs where it was never trained. One ConfigError naming both
+    keys and the model's limit, before any weights load."""
+    m = cfg.model
+    limit, field = model_max_positions(m.name, "model.name", m.trust_remote_code, m.gguf_file)
+    need = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
+    if limit is not None and need > limit:
+        raise ModelLoadError(
+            f"data.max_prompt_length ({cfg.data.max_prompt_length}) + rollout.max_new_tokens "
+            f"({cfg.rollout.max_new_tokens}) = {need} tokens is more than model.name '{m.name}' takes "
+            f"({field} = {limit} in its config.json); lower one of them so that the sum is at most {limit}")
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

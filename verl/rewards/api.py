@@ -5,13 +5,18 @@ Request  (POST cfg.url, Content-Type: application/json, one per chunk of rm_batc
 Response (HTTP 200):
     {"scores": [float, ...]}          one number per sample, same order
 
-Chunks go out `concurrency` at a time (threads). Each request has a `timeout_s` limit;
-timeouts, dropped connections, HTTP 429 and 5xx are retried up to `max_retries` times
-with exponential backoff (BACKOFF_S * 2**attempt). Other 4xx and malformed bodies are
-not retried. With `api_key_env` set, the key is read from that environment variable
-(an error if unset) and sent as `Authorization: Bearer <key>`; it never appears in
-errors or logs. A chunk that still fails raises `RewardError` (on_error: fail) or
-scores its samples 0 and counts them in reward/errors (on_error: zero).
+Chunks go out `concurrency` at a time (threads). Each request has a `timeout_s` limit
+(default 30 s; urllib applies it to each socket operation); timeouts, dropped connections,
+HTTP 429 and 5xx are retried up to `max_retries` times with exponential backoff
+(BACKOFF_S * 2**attempt). Other 4xx and malformed bodies are not retried. The whole call
+is bounded too (`worst_case_s`): rounds of `concurrency` requests, each at most
+(max_retries + 1) attempts of 2 x timeout_s (connecting, then the reply) plus the backoff
+waits; a server that trickles its reply slowly enough to keep resetting the socket timeout
+is cut off there (verl.rewards.deadline). With `api_key_env` set, the key is read from that
+environment variable (an error if unset), sent as `Authorization: Bearer <key>` and
+registered with verl.redact: a server that echoes it in an error body has it replaced by
+"***" in every message, warning and log. A chunk that still fails raises `RewardError`
+(on_error: fail) or scores its samples 0 and counts them in reward/errors (on_error: zero).
 """
 
 from __future__ import annotations
@@ -19,18 +24,41 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import os
+import queue
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 from verl.config import ConfigError, RewardFnConfig
+from verl.redact import redact, register_secret
 from verl.rewards.base import RewardError, RewardFn, SampleError, short
+from verl.rewards.deadline import CallBudget, request_timeout_s
 
 logger = logging.getLogger("verl.rewards")
 BACKOFF_S = 0.5  # first retry waits this long, then doubles
+ERROR_BODY_CHARS = 200  # how much of an error response's body a message shows (after redaction)
+
+
+def request_worst_case_s(cfg: RewardFnConfig) -> float:
+    """The longest one request (with its retries) can take: (max_retries + 1) attempts of
+    2 x timeout_s (connecting, then waiting for the reply) plus the backoff waits between them."""
+    backoff = sum(BACKOFF_S * 2 ** attempt for attempt in range(cfg.max_retries))
+    return (cfg.max_retries + 1) * 2 * request_timeout_s(cfg) + backoff
+
+
+def worst_case_s(cfg: RewardFnConfig, n: int) -> float:
+    """The longest one call on `n` samples can take: its requests go out `concurrency` at a time."""
+    chunks = max(1, math.ceil(n / max(1, cfg.rm_batch_size)))
+    return math.ceil(chunks / max(1, cfg.concurrency)) * request_worst_case_s(cfg)
+
+
+def _body_text(raw: bytes) -> str:
+    """A response body as one redacted line (redacted before shortening, so no part of a secret shows)."""
+    return short(redact(raw.decode("utf-8", "replace")), ERROR_BODY_CHARS)
 
 
 class _Retryable(Exception):
@@ -49,26 +77,31 @@ class APIReward:
             if not key:
                 raise ConfigError(f"reward_fn.api_key_env: environment variable '{cfg.api_key_env}' is not set "
                                   f"(it must hold the API key for {cfg.url})")
+            register_secret(key)
             self._headers["Authorization"] = f"Bearer {key}"
 
     def _post_once(self, body: bytes, n: int) -> list:
         request = urllib.request.Request(self.cfg.url, data=body, headers=self._headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as resp:
+            with urllib.request.urlopen(request, timeout=request_timeout_s(self.cfg)) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
-            why = f"HTTP {exc.code} {exc.reason}"
+            try:
+                body = exc.read(4 * ERROR_BODY_CHARS)
+            except (OSError, http.client.HTTPException):
+                body = b""
+            why = redact(f"HTTP {exc.code} {exc.reason}") + (f": {_body_text(body)}" if body.strip() else "")
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable(why) from None
             raise RuntimeError(why) from None
         except (urllib.error.URLError, http.client.HTTPException, socket.timeout, TimeoutError,
                 ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise _Retryable(f"{type(reason).__name__}: {reason}") from None
+            raise _Retryable(redact(f"{type(reason).__name__}: {reason}")) from None
         try:
             scores = json.loads(raw)["scores"]
         except (ValueError, KeyError, TypeError):
-            raise RuntimeError(f"malformed response (want {{\"scores\": [...]}}): {short(raw, 80)}") from None
+            raise RuntimeError(f"malformed response (want {{\"scores\": [...]}}): {_body_text(raw)}") from None
         if not isinstance(scores, list) or len(scores) != n:
             raise RuntimeError(f"response has {len(scores) if isinstance(scores, list) else 'no'} scores "
                                f"for {n} samples")
@@ -93,20 +126,52 @@ class APIReward:
         try:
             return self._post(prompts, responses, samples)
         except Exception as exc:
-            message = (f"reward api ({self.cfg.url}) failed on samples {start}-{start + len(responses) - 1} "
-                       f"(first: prompt={short(prompts[0])!r}, response={short(responses[0])!r}): {exc}")
+            message = redact(f"reward api ({self.cfg.url}) failed on samples {start}-{start + len(responses) - 1} "
+                             f"(first: prompt={short(prompts[0])!r}, response={short(responses[0])!r}): {exc}")
             if self.cfg.on_error == "fail":
                 raise RewardError(message + " [set on_error: zero to score such samples 0]") from None
-            return [SampleError(str(exc))] * len(responses)
+            return [SampleError(redact(str(exc)))] * len(responses)
 
     def __call__(self, prompts, responses, samples) -> list:
+        """Every chunk's scores, within worst_case_s (the manager gives this type no limit of its own)."""
+        limit = "the api reward's worst case (reward_fn.timeout_s, max_retries, concurrency: see verl.rewards.api)"
+        return CallBudget(worst_case_s(self.cfg, len(responses)), self.__name__, limit).call(
+            self._score_chunks, prompts, responses, samples)
+
+    def _score_chunks(self, prompts, responses, samples) -> list:
+        """The chunks, `concurrency` at a time. Daemon threads rather than a ThreadPoolExecutor: the
+        interpreter joins an executor's threads at exit, so a request abandoned at worst_case_s (a
+        trickling server) would hold the process's exit up."""
         size = max(1, self.cfg.rm_batch_size)
         starts = list(range(0, len(responses), size))
-        with ThreadPoolExecutor(max_workers=max(1, min(self.cfg.concurrency, len(starts) or 1))) as pool:
-            futures = [pool.submit(self._chunk, s, prompts[s:s + size], responses[s:s + size], samples[s:s + size])
-                       for s in starts]
-            results = [f.result() for f in futures]
-        return [x for chunk in results for x in chunk]
+        todo: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(len(starts)):
+            todo.put(i)
+        results: list = [None] * len(starts)  # (scores, None) or (None, exception), per chunk
+
+        def work():
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                s = starts[i]
+                try:
+                    results[i] = (self._chunk(s, prompts[s:s + size], responses[s:s + size], samples[s:s + size]),
+                                  None)
+                except BaseException as exc:  # noqa: BLE001 - raised below, in chunk order
+                    results[i] = (None, exc)
+
+        workers = [threading.Thread(target=work, name="verl-reward-api", daemon=True)
+                   for _ in range(max(1, min(self.cfg.concurrency, len(starts))))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        for _, error in results:
+            if error is not None:
+                raise error
+        return [x for chunk, _ in results for x in chunk]
 
 
 def build_api(cfg: RewardFnConfig) -> RewardFn:
@@ -114,9 +179,10 @@ def build_api(cfg: RewardFnConfig) -> RewardFn:
         raise ConfigError("reward_fn.url: required for type api")
     if not cfg.url.startswith(("http://", "https://")):
         raise ConfigError(f"reward_fn.url: '{cfg.url}' must start with http:// or https://")
-    for key in ("timeout_s", "concurrency"):
-        if getattr(cfg, key) <= 0:
-            raise ConfigError(f"reward_fn.{key}: must be > 0, got {getattr(cfg, key)}")
+    if cfg.timeout_s is not None and cfg.timeout_s <= 0:
+        raise ConfigError(f"reward_fn.timeout_s: must be > 0 for type api (each request's timeout), got {cfg.timeout_s}")
+    if cfg.concurrency <= 0:
+        raise ConfigError(f"reward_fn.concurrency: must be > 0, got {cfg.concurrency}")
     if cfg.max_retries < 0:
         raise ConfigError(f"reward_fn.max_retries: must be >= 0, got {cfg.max_retries}")
     return APIReward(cfg)

@@ -98,14 +98,18 @@ class HFRewardModel:
             return
         from transformers import AutoModelForSequenceClassification
 
-        from verl.models.tiny import resolve_model_name
+        from verl.models.loading import load_error, model_path
 
         device = torch.device(self.cfg.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"reward_fn.device: '{self.cfg.device}' requested but CUDA is not available")
-        name = resolve_model_name(self.cfg.model_name)
-        self.tokenizer = load_rm_tokenizer(name)
-        model = AutoModelForSequenceClassification.from_pretrained(name)
+        key = "reward_fn.model_name"
+        name = model_path(self.cfg.model_name, key)  # a hub name without a hub fails in seconds
+        try:
+            self.tokenizer = load_rm_tokenizer(name)
+            model = AutoModelForSequenceClassification.from_pretrained(name)
+        except Exception as exc:  # noqa: BLE001 - one line naming the key and the broken file
+            raise load_error(exc, self.cfg.model_name, name, key, "a reward model") from None
         if model.config.pad_token_id is None:
             model.config.pad_token_id = self.tokenizer.pad_token_id
         self.model = model.to(device).eval()

@@ -84,7 +84,7 @@ def train_reward_model(model_name_or_path: str, train_pairs: list, val_pairs: Op
     """
     from transformers import AutoModelForSequenceClassification
 
-    from verl.models.tiny import resolve_model_name
+    from verl.models.loading import model_path
 
     if not train_pairs:
         raise ValueError("train_reward_model: train_pairs is empty")
@@ -94,7 +94,7 @@ def train_reward_model(model_name_or_path: str, train_pairs: list, val_pairs: Op
     start = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
-    name = resolve_model_name(model_name_or_path)
+    name = model_path(model_name_or_path, "--model")  # a hub name without a hub fails in seconds
     tokenizer = load_rm_tokenizer(name)
     model = AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)
     if model.config.pad_token_id is None:

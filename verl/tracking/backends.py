@@ -5,7 +5,9 @@
     log_text(key, text, step)
     close()
 
-`Tracker` (tracker.py) fans each call out to the backends the config names.
+`Tracker` (tracker.py) fans each call out to the backends the config names. Every backend
+passes what it writes through `verl.redact`: configured secrets (API keys) never reach a
+console line, a log file or a dashboard.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from typing import Any, Optional
 
+from verl.redact import redact, redact_obj
 from verl.tracking.metrics import fmt, json_safe, lookup
 
 
@@ -42,6 +46,7 @@ class ConsoleBackend:
         self._last_step: Optional[int] = None
 
     def _print(self, line: str) -> None:
+        line = redact(line)
         if self._printer is not None:
             self._printer(line)
             return
@@ -77,7 +82,18 @@ class ConsoleBackend:
             self._print(self.format_line(metrics, step, seconds))
 
     def log_samples(self, step: int, samples: list[dict]) -> None:
-        pass  # samples go to files and dashboards, not the terminal
+        """Held-out answers (kind "val": a few per validation) are printed, one line each, so
+        the run's own output shows what the model answers before and after training; training
+        samples go to files and dashboards only."""
+        for row in samples:
+            if row.get("kind") != "val":
+                continue
+            reward = row.get("reward")
+            score = f" (reward {fmt(reward)})" if isinstance(reward, (int, float)) else ""
+            prompt = str(row.get("prompt", ""))
+            if len(prompt) > 80:  # a chat-templated prompt: its end holds the question
+                prompt = "..." + prompt[-77:]
+            self._print(f"[held-out @ step {step}] {prompt!r} -> {row.get('response', '')!r}{score}")
 
     def log_text(self, key: str, text: str, step: int) -> None:
         self._print(f"[{key} @ step {step}] {text}")
@@ -101,7 +117,7 @@ class JsonlBackend:
 
     @staticmethod
     def _write(fh, obj: dict) -> None:
-        fh.write(json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        fh.write(redact(json.dumps(redact_obj(obj), ensure_ascii=False, allow_nan=False, default=str)) + "\n")
         fh.flush()
 
     def log(self, metrics: dict, step: int) -> None:
@@ -150,23 +166,55 @@ class TensorBoardBackend:
         columns = _sample_columns(samples)
 
         def cell(v: Any) -> str:  # one markdown table cell: no newlines or bare pipes
-            return str(v).replace("|", "\\|").replace("\n", "<br>")
+            return redact(str(v)).replace("|", "\\|").replace("\n", "<br>")
 
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(cell(s.get(c, "")) for c in columns) + " |" for s in samples]
         self.writer.add_text("samples", "\n".join(lines), global_step=step)
 
     def log_text(self, key: str, text: str, step: int) -> None:
-        self.writer.add_text(key, text, global_step=step)
+        self.writer.add_text(redact(key), redact(text), global_step=step)
 
     def close(self) -> None:
         self.writer.flush()
         self.writer.close()
 
 
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+_said_offline = False  # the "logging offline" line is printed once per process
+
+
+def wandb_has_api_key(wandb) -> bool:
+    """Whether wandb finds credentials (WANDB_API_KEY, a netrc entry, its settings) without
+    prompting and without the network (wandb's own check: `wandb.login(prompt=False, verify=False)`)."""
+    try:
+        return bool(wandb.login(prompt=False, verify=False))
+    except Exception:  # noqa: BLE001 - malformed credentials count as none; online mode would fail on them
+        return False
+
+
+def resolve_wandb_mode(mode: str, wandb, run_dir: str) -> Optional[str]:
+    """The mode for wandb.init. auto: WANDB_MODE when the environment sets it (None: wandb reads it),
+    online when an API key is configured, else offline with one line saying where the run goes."""
+    global _said_offline
+    if mode != "auto":
+        return mode
+    if os.environ.get("WANDB_MODE"):
+        return None
+    if wandb_has_api_key(wandb):
+        return "online"
+    if not _said_offline:
+        _said_offline = True
+        folder = os.path.join(run_dir, "wandb")
+        print(f"wandb: no API key configured (WANDB_API_KEY or `wandb login`); logging offline to {folder}; "
+              f"upload it later with `wandb sync {folder}/offline-run-*`", file=sys.stderr, flush=True)
+    return "offline"
+
+
 class WandbBackend:
-    """A WandB run in `run_dir/wandb`; mode 'offline' writes locally and needs no network
-    (`wandb sync run_dir/wandb/offline-run-*` uploads it later)."""
+    """A WandB run in `run_dir/wandb`. mode: auto (online when wandb finds an API key, else
+    offline, said once), online, offline (local files only, no network; `wandb sync
+    run_dir/wandb/offline-run-*` uploads them later)."""
 
     def __init__(self, run_dir: str, project: str, name: str, mode: str, config: dict):
         try:
@@ -177,10 +225,11 @@ class WandbBackend:
                 "pip install 'verl[wandb]' (or remove 'wandb' from logging.backends)"
             ) from None
         self.wandb = wandb
-        self.run = wandb.init(project=project, name=name, mode=mode, dir=run_dir, config=config)
+        self.mode = resolve_wandb_mode(mode, wandb, run_dir)
+        self.run = wandb.init(project=project, name=name, mode=self.mode, dir=run_dir, config=config)
 
     def log(self, metrics: dict, step: int) -> None:
-        self.run.log(dict(metrics), step=step)
+        self.run.log(redact_obj(dict(metrics)), step=step)
 
     def log_samples(self, step: int, samples: list[dict]) -> None:
         if not samples:
@@ -190,7 +239,7 @@ class WandbBackend:
         self.run.log({"samples": self.wandb.Table(columns=["step"] + columns, data=[[step] + r for r in rows])}, step=step)
 
     def log_text(self, key: str, text: str, step: int) -> None:
-        self.run.log({key: self.wandb.Table(columns=["step", "text"], data=[[step, text]])}, step=step)
+        self.run.log({redact(key): self.wandb.Table(columns=["step", "text"], data=[[step, redact(text)]])}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -199,6 +248,8 @@ class WandbBackend:
 def _wandb_cell(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return str(value)
+    return redact(str(value))

@@ -5,6 +5,9 @@ Metrics, per data source `src` (and `all`):
     val/<src>/acc@1    fraction of greedy answers scoring >= 1 (correct, for verifiable rewards)
     val/<src>/mean@n   mean reward over data.val_n sampled answers per prompt (when val_n > 1)
     val/<src>/pass@n   fraction of prompts with at least one sampled answer scoring >= 1
+
+A stop request (SIGINT/SIGTERM) is noticed between batches (and inside a reward call): the pass
+is abandoned with `Interrupted` (verl/trainer/signals.py); validation has no state to save.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from verl.batch import Batch
 from verl.data.prompts import PromptLoader, render_prompt, uses_chat_template
 from verl.rollout.base import SamplingParams
+from verl.trainer.signals import abandon_if_stopped, phase
 
 CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as correct
 
@@ -40,34 +44,49 @@ class Validator:
         return s
 
     @torch.no_grad()
-    def run(self, step: int, num_samples_logged: int = 4) -> dict:
-        """Generate on the whole held-out set; returns val/* metrics and logs a few samples."""
+    def run(self, step: int, num_samples_logged: int | None = None) -> dict:
+        """Generate on the whole held-out set; returns val/* metrics and logs the first
+        `logging.val_samples` (prompt, greedy answer, reward) rows (the console prints them)."""
         t = self.trainer
-        n = t.config.data.val_n
+        if num_samples_logged is None:
+            num_samples_logged = t.config.logging.val_samples
         scores = defaultdict(lambda: defaultdict(list))  # src -> metric -> values
         logged = []
+        where = "the validation before step 1" if step == 0 else f"the validation after step {step}"
+        if step == 0:  # before any step line: say what the first (possibly long) silent phase is
+            n_rows = len(self.trainer.val_rows)
+            t.hooks._say(f"validating on {n_rows} held-out prompt{'s' if n_rows != 1 else ''} (greedy) before "
+                         f"step 1; again every training.val_every={t.config.training.val_every} steps")
         for prompts in self.loader.one_pass():
-            greedy = t.rollout.generate(prompts, self._sampling(True, 1))
-            g_scores, _ = t.reward.score(greedy)
-            for i, src in enumerate(greedy.data_source):
-                for key in (src, "all"):
-                    scores[key]["mean@1"].append(float(g_scores[i]))
-                    scores[key]["acc@1"].append(float(g_scores[i] >= CORRECT))
-            if len(logged) < num_samples_logged:
-                logged += [{"prompt": greedy.prompt_text[i], "response": greedy.response_text[i],
-                            "ground_truth": greedy.ground_truth[i], "reward": float(g_scores[i]), "kind": "val"}
-                           for i in range(min(len(greedy), num_samples_logged - len(logged)))]
-            if n > 1:
-                sampled = t.rollout.generate(prompts, self._sampling(False, n))
-                s_scores, _ = t.reward.score(sampled)
-                per_prompt = s_scores.view(-1, n)
-                for j, src in enumerate(prompts.data_source):
-                    for key in (src, "all"):
-                        scores[key][f"mean@{n}"].append(float(per_prompt[j].mean()))
-                        scores[key][f"pass@{n}"].append(float((per_prompt[j] >= CORRECT).any()))
+            abandon_if_stopped(where)
+            with phase(where):
+                self._score_batch(prompts, scores, logged, num_samples_logged)
         metrics = {f"val/{src}/{name}": sum(v) / len(v) for src, d in scores.items() for name, v in d.items()}
         t.hooks.tracker.log_samples(step, logged)
         return metrics
+
+    def _score_batch(self, prompts: Batch, scores, logged: list, num_samples_logged: int) -> None:
+        """Greedy (and with data.val_n > 1 sampled) answers to one batch of prompts, into `scores`."""
+        t = self.trainer
+        n = t.config.data.val_n
+        greedy = t.rollout.generate(prompts, self._sampling(True, 1))
+        g_scores, _ = t.reward.score(greedy)
+        for i, src in enumerate(greedy.data_source):
+            for key in (src, "all"):
+                scores[key]["mean@1"].append(float(g_scores[i]))
+                scores[key]["acc@1"].append(float(g_scores[i] >= CORRECT))
+        if len(logged) < num_samples_logged:
+            logged += [{"prompt": greedy.prompt_text[i], "response": greedy.response_text[i],
+                        "ground_truth": greedy.ground_truth[i], "reward": float(g_scores[i]), "kind": "val"}
+                       for i in range(min(len(greedy), num_samples_logged - len(logged)))]
+        if n > 1:
+            sampled = t.rollout.generate(prompts, self._sampling(False, n))
+            s_scores, _ = t.reward.score(sampled)
+            per_prompt = s_scores.view(-1, n)
+            for j, src in enumerate(prompts.data_source):
+                for key in (src, "all"):
+                    scores[key][f"mean@{n}"].append(float(per_prompt[j].mean()))
+                    scores[key][f"pass@{n}"].append(float((per_prompt[j] >= CORRECT).any()))
 
     @torch.no_grad()
     def baseline_answer(self) -> str | None:

@@ -16,7 +16,7 @@ from verl.algorithms.value_loss import explained_variance
 from verl.algorithms.value_loss import compute_value_loss
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
-from verl.models.loading import ModelLoadError, _path_or_hub, attn_implementation, disable_dropout, torch_dtype
+from verl.models.loading import _path_or_hub, attn_implementation, disable_dropout, load_error, torch_dtype
 from verl.workers.micro_batches import batch_to_device, make_micro_batches, pad_response_columns, trim_padding
 from verl.workers.offload import IdleOffload
 from verl.workers.packing import pack_batch, packed_forward, prepare_packing
@@ -62,8 +62,10 @@ def load_value_model(config, device_type: str | None = None) -> ValueModel:
         trunk = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=c.trust_remote_code,
                                           attn_implementation=attn_implementation(config.model, device_type,
                                                                                    c.dtype))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{key}: cannot load a critic backbone from '{name}': {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - one line naming the key at fault (verl.models.loading.load_error)
+        note = "" if c.name else (" (critic.name is unset, so the critic loads model.name; model.trust_remote_code "
+                                  "covers the actor only)")
+        raise load_error(exc, name, path, key, "a critic backbone", "critic.trust_remote_code", note) from None
     disable_dropout(trunk)
     hidden = trunk.config.get_text_config().hidden_size
     return ValueModel(trunk, hidden)
