@@ -1,5 +1,9 @@
 """verl: reinforcement-learning post-training for language models.
 
+    import verl
+    trainer = verl.Trainer(model="tiny:gpt2", reward_funcs=[my_reward], train_dataset=ds, algorithm="grpo")
+    trainer.train()
+
     from verl import load_config, create_trainer
     trainer = create_trainer(load_config("config.yaml"))
     metrics = trainer.step()
@@ -17,6 +21,10 @@ def __getattr__(name):
         from verl.trainer import create_trainer
 
         return create_trainer
+    if name == "Trainer":
+        from verl.api import Trainer
+
+        return Trainer
     if name == "Batch":
         from verl.batch import Batch
 
@@ -24,4 +32,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'verl' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load_config", "create_trainer", "Batch"]
+__all__ = ["__version__", "load_config", "create_trainer", "Trainer", "Batch"]

@@ -259,15 +259,16 @@ class PromptLoader:
         self.next_group_id = int(state["next_group_id"])
 
 
-def build_prompt_loaders(cfg, tokenizer) -> tuple[PromptLoader, Optional[list[PromptRow]]]:
+def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] = None,
+                         val_rows: Optional[list[PromptRow]] = None) -> tuple[PromptLoader, Optional[list[PromptRow]]]:
     """(train loader, validation rows or None) for a full `Config`.
 
-    Training data: `data.train_files`, else `data.prompts`, else `DEFAULT_PROMPTS`.
-    Validation rows: `data.val_files`, the first `data.val_max_samples` of them.
+    Training data: `train_rows` (in-memory data of the Python API, verl.data.in_memory), else
+    `data.train_files`, else `data.prompts`, else `DEFAULT_PROMPTS`.
+    Validation rows: `val_rows`, else `data.val_files`; the first `data.val_max_samples` of them.
     """
-    rows = load_prompt_rows(cfg.data)
+    rows = load_prompt_rows(cfg.data) if train_rows is None else train_rows
     train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed)
-    val_rows = None
-    if cfg.data.val_files:
-        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files)[: cfg.data.val_max_samples]
-    return train, val_rows
+    if val_rows is None and cfg.data.val_files:
+        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files)
+    return train, (None if val_rows is None else list(val_rows)[: cfg.data.val_max_samples])

@@ -8,7 +8,9 @@ component. Each component's function is called once on the whole batch. Its outp
 checked: it must have one finite number per sample. A sample whose function raised or
 returned NaN/inf/None/a string (or a batch with the wrong number of scores) is an
 *error*: with `on_error: fail` it raises `RewardError` naming the function and showing
-the sample; with `on_error: zero` it scores 0 and is counted in `reward/errors`.
+the sample; with `on_error: zero` it scores 0 and is counted in `reward/errors`. A call that
+does not return within its time limit (`reward_fn.timeout_s`, see verl.rewards.deadline) is
+an error of every sample of the batch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from verl.config import ConfigError, RewardFnConfig
 from verl.rewards.base import RewardError, RewardFn, SampleError, short
+from verl.rewards.deadline import CallBudget, CallTimeout, call_limit
 from verl.rewards.registry import REWARD_TYPES, get_builder
 
 logger = logging.getLogger("verl.rewards")
@@ -36,6 +39,8 @@ class Component:
     weight: float
     fn: RewardFn
     on_error: str  # fail | zero
+    timeout_s: float = 0.0  # seconds one batch call may take (verl.rewards.deadline); 0 = no limit
+    limit: str = "reward_fn.timeout_s"  # names that limit in messages
 
 
 def describe(cfg: RewardFnConfig) -> str:
@@ -92,13 +97,14 @@ def _as_float(value: Any) -> tuple[Optional[float], str]:
 class RewardManager:
     """Scores batches with the reward function(s) described by a RewardFnConfig."""
 
-    def __init__(self, cfg: RewardFnConfig, max_response_length: Optional[int] = None):
+    def __init__(self, cfg: RewardFnConfig, max_response_length: Optional[int] = None,
+                 functions: Optional[dict[str, RewardFn]] = None):
         self.cfg = cfg
         self.max_response_length = max_response_length
-        self.components = self._build_components(cfg)
+        self.components = self._build_components(cfg, functions or {})
 
     @staticmethod
-    def _build_components(cfg: RewardFnConfig) -> list[Component]:
+    def _build_components(cfg: RewardFnConfig, functions: Optional[dict] = None) -> list[Component]:
         if cfg.type not in REWARD_TYPES:
             raise ConfigError(f"reward_fn.type: '{cfg.type}' is not one of {', '.join(REWARD_TYPES)}")
         if cfg.type == "combined":
@@ -114,7 +120,9 @@ class RewardManager:
                     raise ConfigError(f"reward_fn.components[{i}].type: components cannot be 'combined' themselves")
                 # the parent's weight scales the whole sum; 'zero' on the parent applies to every component
                 policy = "zero" if "zero" in (c.on_error, cfg.on_error) else "fail"
-                parts.append((dataclasses.replace(c, on_error=policy), c.weight * cfg.weight, policy))
+                timeout_s = cfg.timeout_s if c.timeout_s is None else c.timeout_s  # a component may set its own
+                parts.append((dataclasses.replace(c, on_error=policy, timeout_s=timeout_s), c.weight * cfg.weight,
+                              policy))
         else:
             parts = [(cfg, cfg.weight, cfg.on_error)]
         components, seen = [], {}
@@ -122,8 +130,10 @@ class RewardManager:
             base = c.name or c.type
             seen[base] = seen.get(base, 0) + 1
             name = base if seen[base] == 1 else f"{base}_{seen[base]}"
-            fn = get_builder(c.type)(c)
-            components.append(Component(name=name, label=describe(c), weight=float(weight), fn=fn, on_error=policy))
+            # `functions`: live callables of the Python API (verl.rewards.callables), by component name
+            fn = functions[name] if c.type == "python" and name in (functions or {}) else get_builder(c.type)(c)
+            components.append(Component(name=name, label=describe(c), weight=float(weight), fn=fn, on_error=policy,
+                                        **call_limit(c)))
         return components
 
     def __call__(self, prompts: list, responses: list, samples: list) -> list[float]:
@@ -162,20 +172,26 @@ def run_component(comp: Component, prompts, responses, samples) -> tuple[list[fl
     n = len(responses)
     if n == 0:
         return [], set()
+    budget = CallBudget(comp.timeout_s, comp.label, comp.limit)  # one time limit for all calls below
     try:
-        out = comp.fn(prompts, responses, samples)
-    except RewardError:
+        out = budget.call(comp.fn, prompts, responses, samples)
+    except (RewardError, ConfigError):  # ConfigError: e.g. a reward model folder that does not load
         raise
+    except CallTimeout as exc:  # the whole batch failed; calling again per sample would wait as long again
+        out = [SampleError(str(exc))] * n
     except Exception as exc:
         if getattr(comp.fn, "isolate_errors", True) and n > 1:
             out = []
             for i in range(n):
                 try:
-                    one = comp.fn([prompts[i]], [responses[i]], [samples[i]])
+                    one = budget.call(comp.fn, [prompts[i]], [responses[i]], [samples[i]])
                     out.append(one[0] if _is_sequence(one) and len(one) == 1 else SampleError(
                         f"returned {short(repr(one), 40)} for one sample"))
                 except RewardError:
                     raise
+                except CallTimeout as exc_i:  # the budget is spent: the samples not yet scored fail with it
+                    out += [SampleError(str(exc_i))] * (n - len(out))
+                    break
                 except Exception as exc_i:
                     out.append(SampleError(f"raised {type(exc_i).__name__}: {exc_i}"))
         else:
@@ -210,6 +226,9 @@ def _is_sequence(x) -> bool:
     return isinstance(x, (list, tuple))
 
 
-def build_reward_manager(cfg: RewardFnConfig, max_response_length: Optional[int] = None) -> RewardManager:
-    """Factory: a RewardManager for `cfg` (pass rollout.max_new_tokens as max_response_length)."""
-    return RewardManager(cfg, max_response_length=max_response_length)
+def build_reward_manager(cfg: RewardFnConfig, max_response_length: Optional[int] = None,
+                         functions: Optional[dict[str, RewardFn]] = None) -> RewardManager:
+    """Factory: a RewardManager for `cfg` (pass rollout.max_new_tokens as max_response_length).
+    `functions`: {component name: reward function} used for those `python` components instead
+    of loading their `function` (the Python API's callables)."""
+    return RewardManager(cfg, max_response_length=max_response_length, functions=functions)

@@ -1,9 +1,10 @@
 """`python` reward: a user function loaded once from `path/to/file.py:function_name`.
 
 The function has the batch signature `fn(prompts, responses, samples) -> list[float]`
-(see docs/rewards.md). A relative path is resolved against the working directory. If
-the part before ':' is not a file path (no '.py', no such file), it is imported as a
-module instead (`my_pkg.rewards:score`).
+(see docs/rewards.md), or TRL's `fn(completions, **columns)` (see verl.rewards.callables).
+A relative path is resolved against the working directory. If the part before ':' is not
+a file path (no '.py', no such file), it is imported as a module instead
+(`my_pkg.rewards:score`).
 """
 
 from __future__ import annotations
@@ -55,4 +56,7 @@ def load_function(spec: str) -> RewardFn:
 def build_python(cfg: RewardFnConfig) -> RewardFn:
     if not cfg.function:
         raise ConfigError("reward_fn.function: required for type python, as 'path/to/file.py:function_name'")
-    return load_function(cfg.function)
+    from verl.rewards.callables import as_reward_fn
+
+    # TRL's f(completions, **columns) works too: the signature says which (verl.rewards.callables)
+    return as_reward_fn(load_function(cfg.function), "reward_fn.function", label=cfg.function)

@@ -19,11 +19,13 @@ from verl.algorithms.masked import masked_mean
 from verl.batch import Batch
 from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
-from verl.models.loading import load_tokenizer, resolve_device, torch_dtype
+from verl.models.loading import check_context_length, load_tokenizer, resolve_device, torch_dtype
 from verl.rewards import build_reward_manager
 from verl.rollout.base import SamplingParams
 from verl.trainer.experience import add_advantages, policy_kl, shape_scores
+from verl.trainer.inputs import attach_inputs
 from verl.trainer.resume import resolve_resume
+from verl.trainer.signals import Interrupted
 from verl.trainer.timer import StageTimer
 from verl.workers.actor import Actor
 from verl.workers.critic import Critic
@@ -60,7 +62,12 @@ def build_critic(config: Config, device, actor: Actor, actor_tokenizer):
 
 
 class Trainer:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, *, reward_funcs=None, reward_weights=None, train_dataset=None,
+                 eval_dataset=None):
+        """`config`: a finished Config. The keywords (docs/python_api.md): Python reward callables and
+        in-memory datasets, recorded in self.config by name / description (verl.trainer.inputs)."""
+        config, self.inputs = attach_inputs(config, reward_funcs=reward_funcs, reward_weights=reward_weights,
+                                            train_dataset=train_dataset, eval_dataset=eval_dataset)
         self.config = cfg = config
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
@@ -70,9 +77,12 @@ class Trainer:
         m = cfg.model
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
                                         m.trust_remote_code, m.gguf_file)
+        check_context_length(cfg)  # prompt + response tokens fit the model's positions (before weights load)
         # Data and reward functions before the models: a bad row or reward fails in seconds.
-        self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer)
-        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens)
+        self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer, self.inputs.train_rows,
+                                                              self.inputs.val_rows)
+        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens,
+                                           functions=self.inputs.functions)
         a = cfg.algorithm
         self.distributed = None
         if cfg.distributed.backend == "ray":  # the same roles, run by Ray worker groups (verl.distributed)
@@ -132,7 +142,10 @@ class Trainer:
         metrics = {}
         self.hooks.before_training()
         while self.global_step < self.config.training.total_steps and not self.hooks.finished:
-            metrics = self.step()  # stops early when training.max_minutes is spent
+            try:
+                metrics = self.step()  # stops early when training.max_minutes is spent
+            except Interrupted as exc:  # a stop request cut a wait short (verl/trainer/signals.py)
+                self.hooks.stop_mid_step(exc)  # saves the last completed step, raises StopTraining
         return metrics
 
     # ----------------------------------------------------------------- stages
@@ -238,10 +251,13 @@ class Trainer:
         return save_hf_model(self.actor.model, self.tokenizer, path)
 
 
-def create_trainer(config: Config | str) -> Trainer:
-    """`create_trainer(load_config("config.yaml"))`; a path is loaded for you."""
+def create_trainer(config: Config | str, *, reward_funcs=None, reward_weights=None, train_dataset=None,
+                   eval_dataset=None) -> Trainer:
+    """`create_trainer(load_config("config.yaml"))`; a path is loaded for you. The keywords are
+    Trainer's (docs/python_api.md)."""
     if isinstance(config, (str, os.PathLike)):
         from verl.config import load_config
 
         config = load_config(str(config))
-    return Trainer(config)
+    return Trainer(config, reward_funcs=reward_funcs, reward_weights=reward_weights, train_dataset=train_dataset,
+                   eval_dataset=eval_dataset)
