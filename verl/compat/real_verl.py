@@ -1,0 +1,764 @@
+"""Real verl's `main_ppo` keys -> this project's config: the one mapping table.
+
+`TABLE` maps every real verl key (volcengine/verl 0.9.x `ppo_trainer.yaml`, dotted as typed after
+`python3 -m verl.trainer.main_ppo`) that is accepted here to a `RealKey`:
+
+    convert       (value, ctx, key) -> {our_key: value}; None = accepted and ignored (a note is printed)
+    target        what it sets here (shown in docs/real_verl.md)
+    default       the value used when the key is not given (NO_DEFAULT: nothing is set then)
+    real_default  real verl's default, shown where `default` deliberately differs from it
+    note          one line: the unit, the reason it is ignored, or what differs
+    phase         2 for keys that need the run's total step count (computed after phase 1)
+
+A key ending in ".*" covers every key below it; an exact entry wins over such a group. A key in
+no entry is refused with one line (`verl.compat.translate`). A converter refuses a value that would
+change results and has no equivalent here (ConfigError: one line, exit 2). docs/real_verl.md's
+table is rendered from `TABLE` (`verl.compat.doc_table`); a test keeps the two equal.
+
+Units (real verl -> here): `data.train_batch_size` counts prompts, as `training.batch_size` does;
+`ppo_mini_batch_size` counts prompts and is multiplied by `rollout.n` (our `training.mini_batch_size`
+counts sequences); `ppo_micro_batch_size_per_gpu` counts sequences per device, as ours does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from verl.config import ConfigError
+
+NO_DEFAULT = object()
+MANUAL = "docs/real_verl.md"
+
+Convert = Callable[[Any, Any, str], dict]
+
+
+@dataclass(frozen=True)
+class RealKey:
+    convert: Optional[Convert]
+    target: str
+    default: Any = NO_DEFAULT
+    real_default: Any = NO_DEFAULT
+    note: str = ""
+    phase: int = 1
+    identity: Optional[str] = None  # our key this one sets unchanged (a native key of that name is read back)
+
+    @property
+    def ignored(self) -> bool:
+        return self.convert is None
+
+
+# ---------------------------------------------------------------------------
+# Value checks (real verl types; errors name the real key)
+# ---------------------------------------------------------------------------
+
+
+def as_int(value, key: str, low: Optional[int] = None) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if not number.is_integer():
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if low is not None and number < low:
+        raise ConfigError(f"{key}: must be >= {low}, got {value!r}")
+    return int(number)
+
+
+def as_float(value, key: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+
+
+def as_bool(value, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{key}: expected True or False, got {value!r}")
+
+
+def _pick(value, key: str, choices: dict, what: str = "") -> Any:
+    if value not in choices:
+        raise ConfigError(f"{key}: '{value}' is not supported here{what} (supported: {', '.join(map(str, choices))}; "
+                          f"see {MANUAL})")
+    return choices[value]
+
+
+def _path(value) -> str:
+    return os.path.expanduser(str(value))
+
+
+def _paths(value, key: str) -> list:
+    if isinstance(value, (list, tuple)):
+        return [_path(v) for v in value]
+    if isinstance(value, str):
+        return [_path(value)]
+    raise ConfigError(f"{key}: expected a file or a list of files, got {value!r}")
+
+
+# ---------------------------------------------------------------------------
+# Converter factories
+# ---------------------------------------------------------------------------
+
+
+def to(target: str, kind: Optional[Callable] = None, **extra) -> dict:
+    """One real key -> one of ours; `kind` checks/converts the value (as_int, as_float, ...)."""
+
+    def convert(value, ctx, key):
+        return {target: value if kind is None or value is None else kind(value, key)}
+
+    return dict(convert=convert, target=target, identity=target if kind is None or kind in (as_int, as_float, as_bool)
+                else None, **extra)
+
+
+def custom(fn: Convert, target: str, **extra) -> dict:
+    return dict(convert=fn, target=target, **extra)
+
+
+def reads(target: str, **extra) -> dict:
+    """Read by another entry's converter (named in `target`); sets nothing itself."""
+    return dict(convert=lambda value, ctx, key: {}, target=f"(read: {target})", **extra)
+
+
+def ignored(note: str, **extra) -> dict:
+    return dict(convert=None, target="(ignored)", note=note, **extra)
+
+
+def same_value(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def only(*allowed, why: str = "", **extra) -> dict:
+    """Accepted only with a value that has no effect (real verl's default); others are refused."""
+
+    def convert(value, ctx, key):
+        if not any(same_value(value, a) for a in allowed):
+            shown = " or ".join("null" if a is None else repr(a) for a in allowed)
+            raise ConfigError(f"{key}={value!r} is not supported here: {why or 'no equivalent'}; only {shown} is "
+                              f"accepted (see {MANUAL})")
+        return {}
+
+    shown = ", ".join("null" if a is None else str(a) for a in allowed)
+    return dict(convert=convert, target=f"(only {shown})", note=f"other values refused: {why}" if why else "", **extra)
+
+
+def same_as(actor_key: str, our_key: str) -> dict:
+    """A critic key whose value is shared with the actor here: accepted when equal to the actor's."""
+
+    def convert(value, ctx, key):
+        actor = ctx.get(actor_key)
+        if not same_value(value, actor):
+            raise ConfigError(f"{key}={value!r} differs from {actor_key}={actor!r}: here the actor and the critic "
+                              f"share one {our_key}; give both the same value (see {MANUAL})")
+        return {}
+
+    return dict(convert=convert, target=f"(= {actor_key})", note=f"one {our_key} for actor and critic here")
+
+
+# ---------------------------------------------------------------------------
+# Converters that read other keys
+# ---------------------------------------------------------------------------
+
+ARR = "actor_rollout_ref"
+ACTOR, ROLLOUT = f"{ARR}.actor", f"{ARR}.rollout"
+
+# real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
+ESTIMATORS = {
+    "gae": ("ppo", "gae"), "grpo": ("grpo", "grpo"), "grpo_vectorized": ("grpo", "grpo"),
+    "rloo": ("rloo", "rloo"), "rloo_vectorized": ("rloo", "rloo"), "remax": ("remax", "remax"),
+    "reinforce_plus_plus": ("reinforce_pp", "reinforce_pp"),
+    "reinforce_plus_plus_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
+    "dr_grpo": ("dr_grpo", "dr_grpo"), "reinforce_pp": ("reinforce_pp", "reinforce_pp"),
+    "reinforce_pp_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
+}
+# real kl_loss_type / kl_penalty -> our kl_estimator (`full` and the straight-through "+" forms have none)
+KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo"}
+LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+          "fp32": "float32", "float32": "float32"}
+
+
+def _adv_estimator(value, ctx, key):
+    preset, ours = _pick(value, key, ESTIMATORS)
+    return {"algorithm.name": preset, "algorithm.adv_estimator": ours}
+
+
+def _kl_loss_type(value, ctx, key):
+    est = _pick(value, key, KL_TYPES)
+    # one kl_estimator here: the loss's when the KL is a loss term, or when it is used nowhere
+    if as_bool(ctx.get(f"{ACTOR}.use_kl_loss"), f"{ACTOR}.use_kl_loss") or not ctx.get("algorithm.use_kl_in_reward"):
+        return {"algorithm.kl_estimator": est}
+    return {}
+
+
+def _kl_penalty(value, ctx, key):
+    est = _pick(value, key, KL_TYPES)
+    if not as_bool(ctx.get("algorithm.use_kl_in_reward"), "algorithm.use_kl_in_reward"):
+        return {}
+    if ctx.get(f"{ACTOR}.use_kl_loss"):
+        loss_est = KL_TYPES.get(ctx.get(f"{ACTOR}.kl_loss_type"))
+        if loss_est != est:
+            raise ConfigError(f"{key}={value} differs from {ACTOR}.kl_loss_type={ctx.get(f'{ACTOR}.kl_loss_type')}: "
+                              f"with both KL in the reward and a KL loss, one estimator (algorithm.kl_estimator) "
+                              f"serves both here (see {MANUAL})")
+    return {"algorithm.kl_estimator": est}
+
+
+def _loss_mode(value, ctx, key):
+    return {"algorithm.policy_loss": _pick(value, key, LOSS_MODES)}
+
+
+def _clip_bound(ours: str):
+    def convert(value, ctx, key):  # null -> clip_ratio, as real verl's actor reads it
+        bound = ctx.get(f"{ACTOR}.clip_ratio") if value is None else value
+        return {ours: as_float(bound, key)}
+
+    return convert
+
+
+def _mini_batch(value, ctx, key):
+    prompts = as_int(value, key, low=1)
+    batch = as_int(ctx.get("data.train_batch_size"), "data.train_batch_size", low=1)
+    if batch % prompts:
+        raise ConfigError(f"{key}: {prompts} prompts do not divide data.train_batch_size {batch}")
+    n = as_int(ctx.get(f"{ROLLOUT}.n"), f"{ROLLOUT}.n", low=1)
+    return {"training.mini_batch_size": prompts * n}  # sequences per optimizer step
+
+
+def _global_micro(value, ctx, key):
+    world = ctx.world_size()
+    micro = as_int(value, key, low=1)
+    if micro % world:
+        raise ConfigError(f"{key}: {micro} is not a multiple of the {world} devices (trainer.nnodes x n_gpus_per_node)")
+    return {"training.micro_batch_size": micro // world}
+
+
+def _dynamic_bsz(value, ctx, key):
+    if not as_bool(value, key):
+        return {}
+    return {"training.max_tokens_per_micro_batch": as_int(ctx.get(f"{ACTOR}.ppo_max_token_len_per_gpu"),
+                                                          f"{ACTOR}.ppo_max_token_len_per_gpu", low=1)}
+
+
+def _param_dtype(value, ctx, key):
+    return {"model.dtype": _pick(value, key, DTYPES)}
+
+
+def _scheduler(value, ctx, key):
+    return {"training.lr_scheduler": _pick(value, key, {"constant": "constant", "cosine": "cosine"})}
+
+
+def _warmup_steps(value, ctx, key):
+    steps = as_int(-1 if value is None else value, key)
+    if steps > 0:
+        return {"training.warmup_steps": steps}
+    return {}
+
+
+def _warmup_ratio(value, ctx, key):
+    steps = ctx.get(f"{ACTOR}.optim.lr_warmup_steps")
+    if steps is not None and as_int(steps, f"{ACTOR}.optim.lr_warmup_steps") > 0:
+        return {}  # lr_warmup_steps wins, as in real verl
+    ratio = as_float(value, key)
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"{key}: must be in [0, 1], got {value}")
+    return {"training.warmup_steps": int(ratio * ctx.total_steps())}
+
+
+def _tis_cap(value, ctx, key):
+    cap = as_float(value, key)
+    return {"rollout.tis_cap": cap} if cap > 0 else {}
+
+
+def _rollout_name(value, ctx, key):
+    return {"rollout.name": _pick(value, key, {"vllm": "vllm", "hf": "hf"}, " (no SGLang backend)")}
+
+
+def _temperature(value, ctx, key):
+    if not as_bool(ctx.get(f"{ROLLOUT}.do_sample"), f"{ROLLOUT}.do_sample"):
+        return {"rollout.temperature": 0.0}  # greedy
+    return {"rollout.temperature": as_float(value, key)}
+
+
+def _top_k(value, ctx, key):
+    k = as_int(value, key)
+    return {"rollout.top_k": 0 if k <= 0 else k}  # real: -1 (vLLM) or 0 (HF) = off; ours: 0
+
+
+def _max_response(value, ctx, key):
+    if ctx.given(f"{ROLLOUT}.response_length"):
+        return {}  # the rollout's own length wins, as in real verl
+    return {"rollout.max_new_tokens": as_int(value, key, low=1)}
+
+
+def _val_sampling(value, ctx, key):
+    """Validation here: greedy mean@1, and with val_n > 1 mean@n sampled like the training rollout."""
+    v = f"{ROLLOUT}.val_kwargs"
+    n = as_int(ctx.get(f"{v}.n"), f"{v}.n", low=1)
+    greedy = not as_bool(value, key) or as_float(ctx.get(f"{v}.temperature"), f"{v}.temperature") == 0
+    if greedy:
+        if n > 1:
+            raise ConfigError(f"{v}.n={n} with greedy validation ({key}=False or temperature 0) is not supported "
+                              f"here: set {key}=True to sample n answers (see {MANUAL})")
+        return {}
+    if n == 1:
+        raise ConfigError(f"{key}=True with {v}.n=1 is not supported here: one validation answer is greedy; "
+                          f"use n > 1 for sampled answers (see {MANUAL})")
+    for name, train_key in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
+        val, train = ctx.get(f"{v}.{name}"), ctx.get(f"{ROLLOUT}.{train_key}")
+        if name == "top_k":
+            val, train = max(0, as_int(val, f"{v}.top_k")), max(0, as_int(train, f"{ROLLOUT}.top_k"))
+        if not same_value(val, train):
+            raise ConfigError(f"{v}.{name}={ctx.get(f'{v}.{name}')} differs from {ROLLOUT}.{train_key}="
+                              f"{ctx.get(f'{ROLLOUT}.{train_key}')}: validation samples with the training "
+                              f"rollout's settings here (see {MANUAL})")
+    return {}
+
+
+def _truncation(value, ctx, key):
+    if as_bool(ctx.get("data.filter_overlong_prompts"), "data.filter_overlong_prompts"):
+        return {"data.truncation": "filter"}
+    return {"data.truncation": _pick(value, key, {"error": "error", "left": "left", "right": "right"})}
+
+
+def _critic_path(value, ctx, key):
+    path = _path(value)
+    actor = ctx.get(f"{ARR}.model.path")
+    return {"critic.name": None if actor is not None and path == _path(actor) else path}
+
+
+def _critic_enable(value, ctx, key):
+    if value is None:
+        return {}
+    gae = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1] == "gae"
+    if as_bool(value, key) != gae:
+        raise ConfigError(f"{key}={value}: here a critic is trained exactly when algorithm.adv_estimator is gae "
+                          f"(it is {ctx.get('algorithm.adv_estimator')}); leave {key} unset (see {MANUAL})")
+    return {}
+
+
+def _total_epochs(value, ctx, key):
+    if ctx.get("trainer.total_training_steps") is not None:
+        return {}  # total_training_steps wins, as in real verl
+    as_int(value, key, low=1)
+    return {"training.total_steps": ctx.total_steps()}
+
+
+def _total_training_steps(value, ctx, key):
+    if value is None:
+        return {}
+    return {"training.total_steps": as_int(value, key, low=1)}
+
+
+def _logger(value, ctx, key):
+    names = value if isinstance(value, (list, tuple)) else [value]
+    backends = [_pick(str(n), key, LOGGERS) for n in names]
+    return {"logging.backends": list(dict.fromkeys(backends + ["jsonl"]))}  # metrics.jsonl: the run's record
+
+
+def _placement(value, ctx, key):
+    nnodes = as_int(ctx.get("trainer.nnodes") or 1, "trainer.nnodes", low=1)
+    per_node = as_int(ctx.get("trainer.n_gpus_per_node") or 1, "trainer.n_gpus_per_node", low=1)
+    if nnodes * per_node == 1:
+        return {"distributed.backend": "none"}
+    return {"distributed.backend": "ray", "distributed.nnodes": nnodes, "distributed.devices_per_node": per_node}
+
+
+def _save_freq(value, ctx, key):
+    every = as_int(value, key)
+    if every <= 0:
+        return {}
+    return {"checkpoint.save_full_every": every, "checkpoint.save_mode": "full"}  # resumable, as real verl's
+
+
+def _resume_mode(value, ctx, key):
+    if value == "auto":
+        return {"checkpoint.resume": "auto"}
+    if value == "disable":  # start over; an earlier run in the folder moves to previous_run_N/
+        return {"checkpoint.resume": "none", "checkpoint.overwrite": True}
+    if value == "resume_path":
+        path = ctx.get("trainer.resume_from_path")
+        if not path:
+            raise ConfigError(f"{key}=resume_path needs trainer.resume_from_path")
+        return {"checkpoint.resume": _path(path)}
+    raise ConfigError(f"{key}: '{value}' is not one of auto, disable, resume_path")
+
+
+def _test_freq(value, ctx, key):
+    every = as_int(value, key)
+    return {"training.val_every": every if every > 0 else 0}
+
+
+def _keep_ckpts(value, ctx, key):
+    if value is None:  # real verl keeps them all: as many as the run can write
+        return {"checkpoint.keep_last": max(1, ctx.total_steps())}
+    return {"checkpoint.keep_last": as_int(value, key, low=1)}
+
+
+def _device(value, ctx, key):
+    return {"device": _pick(value, key, {"cuda": "cuda", "cpu": "cpu", "auto": "auto"})}
+
+
+# ---------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------
+
+_MICRO = "micro-batching splits the same update (results equal up to float rounding)"
+_ENGINE = "engine internals with no effect on results here"
+_PROFILER = "profiling"
+
+_ENTRIES: list[tuple[str, dict]] = [
+    # ---- data
+    ("data.train_files", to("data.train_files", _paths, real_default="~/data/rlhf/gsm8k/train.parquet",
+                            note="required here; parquet/jsonl, verl row layout; ~ expanded")),
+    ("data.val_files", to("data.val_files", _paths, real_default="~/data/rlhf/gsm8k/test.parquet",
+                          note="not given: no validation; all rows are validated")),
+    ("data.tokenizer", to("model.tokenizer")),
+    ("data.prompt_key", to("data.prompt_key", default="prompt")),
+    ("data.reward_fn_key", only("data_source", why="the reward is picked by data_source")),
+    ("data.max_prompt_length", to("data.max_prompt_length", as_int, default=512, note="tokens")),
+    ("data.max_response_length", custom(_max_response, "rollout.max_new_tokens", default=512,
+                                        note="tokens; rollout.response_length wins when given")),
+    ("data.train_batch_size", to("training.batch_size", as_int, default=1024, note="prompts per step (both)")),
+    ("data.val_batch_size", ignored(_ENGINE)),
+    ("data.shuffle", to("data.shuffle", as_bool, default=True)),
+    ("data.seed", to("seed", as_int, note="seeds data order, sampling and init here")),
+    ("data.truncation", custom(_truncation, "data.truncation", default="error",
+                               note="error | left | right; 'middle' is refused")),
+    ("data.filter_overlong_prompts", reads("data.truncation=filter when true", default=False,
+                                           note="steps per epoch are counted after filtering")),
+    ("data.filter_overlong_prompts_workers", ignored(_ENGINE)),
+    ("data.return_raw_input_ids", ignored("rewards read text here")),
+    ("data.return_raw_chat", ignored("rewards read text here")),
+    ("data.return_full_prompt", ignored("rewards read text here")),
+    ("data.dataloader_num_workers", ignored(_ENGINE)),
+    ("data.use_shm", ignored(_ENGINE)),
+    ("data.validation_shuffle", ignored("validation order does not change its metrics")),
+    ("data.image_key", ignored("text-only data here")),
+    ("data.video_key", ignored("text-only data here")),
+    ("data.image_patch_size", ignored("text-only data here")),
+    ("data.return_multi_modal_inputs", ignored("text-only data here")),
+    ("data.trust_remote_code", ignored("the tokenizer follows actor_rollout_ref.model.trust_remote_code")),
+    ("data.train_max_samples", only(-1, None, why="random subsets of the training set")),
+    ("data.val_max_samples", only(-1, None, why="random subsets of the validation set")),
+    ("data.custom_cls.path", only(None, why="custom dataset classes")),
+    ("data.custom_cls.name", ignored("used with data.custom_cls.path only")),
+    ("data.sampler.class_path", only(None, why="curriculum samplers")),
+    ("data.sampler.class_name", ignored("used with data.sampler.class_path only")),
+    ("data.datagen.path", only(None, why="dynamic data generation")),
+    ("data.datagen.name", ignored("used with data.datagen.path only")),
+    ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
+    ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
+    ("data.apply_chat_template_kwargs", only({}, None, why="extra chat-template arguments")),
+    ("data.tool_config_path", only(None, why="tool calling")),
+    # ---- actor_rollout_ref.model
+    (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": _path(v)}, "model.name",
+                                 real_default="~/models/deepseek-llm-7b-chat",
+                                 note="required here; hub name, local folder or tiny:<arch>")),
+    (f"{ARR}.model.trust_remote_code", to("model.trust_remote_code", as_bool)),
+    (f"{ARR}.model.enable_gradient_checkpointing", to("model.enable_gradient_checkpointing", as_bool,
+                                                      real_default=True, note="memory and speed only")),
+    (f"{ARR}.model.use_remove_padding", to("training.use_packed_samples", as_bool, note="padding-free packing")),
+    (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
+    (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
+    (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
+    (f"{ARR}.model.exclude_modules", only(None, why="LoRA module exclusion")),
+    (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
+    (f"{ARR}.model.override_config", only({}, None, why="changing the model's config")),
+    (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
+    (f"{ARR}.model.use_shm", ignored(_ENGINE)),
+    (f"{ARR}.model.use_liger", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.use_fused_kernels", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.fused_kernel_options.*", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.enable_activation_offload", ignored("memory only")),
+    (f"{ARR}.model.return_last_hidden_state", ignored(_ENGINE)),
+    (f"{ARR}.model.use_fused_loss", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.hybrid_engine", ignored("generation and training always share the devices here")),
+    (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
+    # ---- actor
+    (f"{ACTOR}.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
+    (f"{ACTOR}.ppo_mini_batch_size", custom(_mini_batch, "training.mini_batch_size = value x rollout.n",
+                                            default=256, note="prompts (real) -> sequences (here); "
+                                            "mini-batches are drawn shuffled here, in order in real verl")),
+    (f"{ACTOR}.ppo_micro_batch_size", custom(_global_micro, "training.micro_batch_size = value / devices",
+                                             note="deprecated global size; " + _MICRO)),
+    (f"{ACTOR}.ppo_micro_batch_size_per_gpu", to("training.micro_batch_size", as_int,
+                                                 note="sequences per device; not given: the largest divisor "
+                                                      "of the per-device mini-batch <= 4")),
+    (f"{ACTOR}.use_dynamic_bsz", custom(_dynamic_bsz, "training.max_tokens_per_micro_batch when true",
+                                        default=False, note=_MICRO)),
+    (f"{ACTOR}.ppo_max_token_len_per_gpu", reads("the token budget of use_dynamic_bsz", default=16384)),
+    (f"{ACTOR}.grad_clip", to("training.grad_clip", as_float, default=1.0, note="actor and critic")),
+    (f"{ACTOR}.clip_ratio", reads("clip_ratio_low/high when those are null", default=0.2)),
+    (f"{ACTOR}.clip_ratio_low", custom(_clip_bound("algorithm.clip_ratio_low"), "algorithm.clip_ratio_low",
+                                       default=None, real_default=0.2, note="null: clip_ratio")),
+    (f"{ACTOR}.clip_ratio_high", custom(_clip_bound("algorithm.clip_ratio_high"), "algorithm.clip_ratio_high",
+                                        default=None, real_default=0.2, note="null: clip_ratio")),
+    (f"{ACTOR}.clip_ratio_c", to("algorithm.clip_ratio_c", as_float, default=3.0, note="dual-clip bound")),
+    (f"{ACTOR}.policy_loss.loss_mode", custom(_loss_mode, "algorithm.policy_loss", default="vanilla",
+                                              note="vanilla -> ppo, gspo -> gspo; others are refused")),
+    (f"{ACTOR}.policy_loss.*", ignored("parameters of loss modes that are refused here")),
+    (f"{ACTOR}.loss_agg_mode", to("algorithm.loss_agg_mode", default="token-mean", note="same four modes")),
+    (f"{ACTOR}.entropy_coeff", to("algorithm.entropy_coeff", as_float, default=0.0)),
+    (f"{ACTOR}.use_kl_loss", to("algorithm.use_kl_loss", as_bool, default=False)),
+    (f"{ACTOR}.kl_loss_coef", to("algorithm.kl_loss_coef", as_float, default=0.001)),
+    (f"{ACTOR}.kl_loss_type", custom(_kl_loss_type, "algorithm.kl_estimator", default="low_var_kl",
+                                     note="kl/k1, mse/k2, low_var_kl/k3, abs; 'full' and '+' forms are refused")),
+    (f"{ACTOR}.ppo_epochs", to("training.num_epochs", as_int, default=1, note="actor and critic")),
+    (f"{ACTOR}.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
+    (f"{ACTOR}.use_torch_compile", ignored(_ENGINE)),
+    (f"{ACTOR}.ulysses_sequence_parallel_size", ignored("sequence parallelism: " + _ENGINE)),
+    (f"{ACTOR}.entropy_from_logits_with_chunking", ignored("entropy is computed in chunks here anyway")),
+    (f"{ACTOR}.entropy_checkpointing", ignored("memory only")),
+    (f"{ACTOR}.use_fused_kernels", ignored("fused kernels: " + _ENGINE)),
+    (f"{ACTOR}.use_remove_padding", to("training.use_packed_samples", as_bool, note="padding-free packing")),
+    (f"{ACTOR}.tis_imp_ratio_cap", custom(_tis_cap, "rollout.tis_cap", note="-1 = off")),
+    (f"{ACTOR}.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
+    (f"{ACTOR}.profiler.*", ignored(_PROFILER)),
+    (f"{ACTOR}.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
+    (f"{ACTOR}.fsdp_config.param_offload", ignored("parameter offload: memory only")),
+    (f"{ACTOR}.fsdp_config.optimizer_offload", to("training.offload_optimizer", as_bool, note="memory only")),
+    (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(_param_dtype, "model.dtype",
+                                                                note="bf16/fp16/fp32; not given: float32 here "
+                                                                     "(real verl computes in bf16)")),
+    (f"{ACTOR}.optim.lr", to("training.lr", as_float, default=1e-6)),
+    (f"{ACTOR}.optim.weight_decay", to("training.weight_decay", as_float, default=0.01, note="AdamW; actor and critic")),
+    (f"{ACTOR}.optim.betas", only([0.9, 0.999], why="other Adam betas")),
+    (f"{ACTOR}.optim.optimizer", only("AdamW", why="other optimizers")),
+    (f"{ACTOR}.optim.optimizer_impl", only("torch.optim", why="other optimizer libraries")),
+    (f"{ACTOR}.optim.override_optimizer_config", only(None, {}, why="extra optimizer arguments")),
+    (f"{ACTOR}.optim.clip_grad", to("training.grad_clip", as_float, note="same as grad_clip")),
+    (f"{ACTOR}.optim.warmup_style", custom(_scheduler, "training.lr_scheduler", default="constant",
+                                           note="constant | cosine, after a linear warm-up")),
+    (f"{ACTOR}.optim.lr_scheduler_type", custom(_scheduler, "training.lr_scheduler", note="newer name of warmup_style")),
+    (f"{ACTOR}.optim.lr_warmup_steps", custom(_warmup_steps, "training.warmup_steps", default=-1, phase=2,
+                                              note="<= 0: from lr_warmup_steps_ratio")),
+    (f"{ACTOR}.optim.lr_warmup_steps_ratio", custom(_warmup_ratio, "training.warmup_steps = ratio x total steps",
+                                                    default=0.0, phase=2)),
+    (f"{ACTOR}.optim.min_lr_ratio", only(None, 0.0, why="a cosine floor above 0")),
+    (f"{ACTOR}.optim.num_cycles", only(0.5, why="other cosine cycle counts")),
+    (f"{ACTOR}.optim.total_training_steps", ignored("set from the run's total steps")),
+    # ---- reference policy
+    (f"{ARR}.ref.*", ignored("reference-model engine settings: " + _ENGINE)),
+    # ---- rollout
+    (f"{ROLLOUT}.name", custom(_rollout_name, "rollout.name", real_default="???",
+                               note="vllm | hf; not given: hf here (real verl requires it); sglang is refused")),
+    (f"{ROLLOUT}.mode", ignored("sync and async generation give the same samples")),
+    (f"{ROLLOUT}.n", to("rollout.n", as_int, default=1, note="samples per prompt")),
+    (f"{ROLLOUT}.temperature", custom(_temperature, "rollout.temperature", default=1.0, note="0 when do_sample=False")),
+    (f"{ROLLOUT}.do_sample", reads("rollout.temperature=0 when false", default=True)),
+    (f"{ROLLOUT}.top_k", custom(_top_k, "rollout.top_k", default=-1, note="-1 or 0 = off (0 here)")),
+    (f"{ROLLOUT}.top_p", to("rollout.top_p", as_float, default=1.0)),
+    (f"{ROLLOUT}.response_length", to("rollout.max_new_tokens", as_int, note="default: data.max_response_length")),
+    (f"{ROLLOUT}.prompt_length", ignored("the prompt limit is data.max_prompt_length")),
+    (f"{ROLLOUT}.dtype", ignored("the engine runs in model.dtype here")),
+    (f"{ROLLOUT}.gpu_memory_utilization", to("rollout.gpu_memory_utilization", as_float, note="vLLM")),
+    (f"{ROLLOUT}.tensor_model_parallel_size", to("rollout.tensor_model_parallel_size", as_int, real_default=2,
+                                                 note="vLLM; not given: 1 here")),
+    (f"{ROLLOUT}.max_num_batched_tokens", to("rollout.max_num_batched_tokens", as_int, note="vLLM")),
+    (f"{ROLLOUT}.max_model_len", to("rollout.max_model_len", as_int, note="vLLM")),
+    (f"{ROLLOUT}.max_num_seqs", to("rollout.max_num_seqs", as_int, note="vLLM")),
+    (f"{ROLLOUT}.enforce_eager", to("rollout.enforce_eager", as_bool, note="vLLM")),
+    (f"{ROLLOUT}.free_cache_engine", to("rollout.enable_sleep_mode", as_bool, note="vLLM")),
+    (f"{ROLLOUT}.update_weights_bucket_megabytes", to("distributed.weight_bucket_mb", as_float)),
+    (f"{ROLLOUT}.ignore_eos", only(False, why="generating past EOS")),
+    (f"{ROLLOUT}.over_sample_rate", only(0, why="aborting slow requests")),
+    (f"{ROLLOUT}.skip_rollout", only(False, why="replaying dumped rollouts")),
+    (f"{ROLLOUT}.use_fire_sampling", only(False, why="FIRE sampling")),
+    (f"{ROLLOUT}.chat_scheduler", only(None, why="custom chat schedulers")),
+    (f"{ROLLOUT}.multi_turn.enable", only(False, why="multi-turn tool rollouts")),
+    (f"{ROLLOUT}.multi_turn.*", ignored("used with multi_turn.enable only")),
+    (f"{ROLLOUT}.agent.num_workers", ignored(_ENGINE)),
+    (f"{ROLLOUT}.cudagraph_capture_sizes", ignored(_ENGINE)),
+    (f"{ROLLOUT}.load_format", ignored(_ENGINE)),
+    (f"{ROLLOUT}.layered_summon", ignored(_ENGINE)),
+    (f"{ROLLOUT}.enable_chunked_prefill", ignored(_ENGINE)),
+    (f"{ROLLOUT}.disable_log_stats", ignored(_ENGINE)),
+    (f"{ROLLOUT}.multi_stage_wake_up", ignored(_ENGINE)),
+    (f"{ROLLOUT}.engine_kwargs.*", ignored(_ENGINE)),
+    (f"{ROLLOUT}.micro_batch_size", ignored(_MICRO)),
+    (f"{ROLLOUT}.log_prob_micro_batch_size", ignored(_MICRO)),
+    (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", ignored(_MICRO)),
+    (f"{ROLLOUT}.log_prob_use_dynamic_bsz", ignored(_MICRO)),
+    (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", ignored(_MICRO)),
+    (f"{ROLLOUT}.calculate_log_probs", ignored("the engine's log-probs are always kept here")),
+    (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
+    (f"{ROLLOUT}.trace.*", ignored("tracing")),
+    (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
+    (f"{ROLLOUT}.val_kwargs.n", to("data.val_n", as_int, default=1, note="validation samples per prompt")),
+    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "(checked)", default=False,
+                                               note="greedy with n=1, or sampled like the training rollout "
+                                                    "with n > 1; other combinations are refused")),
+    (f"{ROLLOUT}.val_kwargs.temperature", reads("checked with val_kwargs.do_sample", default=0.0)),
+    (f"{ROLLOUT}.val_kwargs.top_p", reads("checked with val_kwargs.do_sample", default=1.0)),
+    (f"{ROLLOUT}.val_kwargs.top_k", reads("checked with val_kwargs.do_sample", default=-1)),
+    # ---- critic
+    ("critic.enable", custom(_critic_enable, "(checked)", default=None, note="null: a critic exactly for gae")),
+    ("critic.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
+    ("critic.model.path", custom(_critic_path, "critic.name", real_default="~/models/deepseek-llm-7b-chat",
+                                 note="not given: the actor's model")),
+    ("critic.model.tokenizer_path", ignored("the critic reads the actor's text with its own tokenizer here")),
+    ("critic.model.trust_remote_code", to("critic.trust_remote_code", as_bool)),
+    ("critic.model.override_config", only({}, None, why="changing the model's config")),
+    ("critic.model.external_lib", only(None, why="importing extra model code")),
+    ("critic.model.lora_rank", only(0, why="a LoRA critic")),
+    ("critic.model.lora_alpha", ignored("used with critic.model.lora_rank only")),
+    ("critic.model.target_modules", ignored("used with critic.model.lora_rank only")),
+    ("critic.model.enable_gradient_checkpointing", ignored("memory only")),
+    ("critic.model.use_remove_padding", ignored("the critic packs when the actor does")),
+    ("critic.model.use_shm", ignored(_ENGINE)),
+    ("critic.model.enable_activation_offload", ignored("memory only")),
+    ("critic.model.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
+    ("critic.optim.lr", to("training.critic_lr", as_float, default=1e-5)),
+    ("critic.optim.weight_decay", same_as(f"{ACTOR}.optim.weight_decay", "training.weight_decay")),
+    ("critic.optim.warmup_style", same_as(f"{ACTOR}.optim.warmup_style", "training.lr_scheduler")),
+    ("critic.optim.lr_warmup_steps", same_as(f"{ACTOR}.optim.lr_warmup_steps", "training.warmup_steps")),
+    ("critic.optim.lr_warmup_steps_ratio", same_as(f"{ACTOR}.optim.lr_warmup_steps_ratio", "training.warmup_steps")),
+    ("critic.optim.clip_grad", same_as(f"{ACTOR}.grad_clip", "training.grad_clip")),
+    ("critic.optim.betas", only([0.9, 0.999], why="other Adam betas")),
+    ("critic.optim.optimizer", only("AdamW", why="other optimizers")),
+    ("critic.optim.min_lr_ratio", only(None, 0.0, why="a cosine floor above 0")),
+    ("critic.optim.num_cycles", only(0.5, why="other cosine cycle counts")),
+    ("critic.optim.total_training_steps", ignored("set from the run's total steps")),
+    ("critic.ppo_mini_batch_size", same_as(f"{ACTOR}.ppo_mini_batch_size", "training.mini_batch_size")),
+    ("critic.ppo_epochs", same_as(f"{ACTOR}.ppo_epochs", "training.num_epochs")),
+    ("critic.grad_clip", same_as(f"{ACTOR}.grad_clip", "training.grad_clip")),
+    ("critic.loss_agg_mode", same_as(f"{ACTOR}.loss_agg_mode", "algorithm.loss_agg_mode")),
+    ("critic.cliprange_value", to("algorithm.cliprange_value", as_float, default=0.5)),
+    ("critic.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
+    ("critic.ppo_micro_batch_size", ignored("the critic uses training.micro_batch_size; " + _MICRO)),
+    ("critic.ppo_micro_batch_size_per_gpu", ignored("the critic uses training.micro_batch_size; " + _MICRO)),
+    ("critic.forward_micro_batch_size", ignored(_MICRO)),
+    ("critic.forward_micro_batch_size_per_gpu", ignored(_MICRO)),
+    ("critic.use_dynamic_bsz", ignored("follows the actor's use_dynamic_bsz; " + _MICRO)),
+    ("critic.ppo_max_token_len_per_gpu", ignored(_MICRO)),
+    ("critic.forward_max_token_len_per_gpu", ignored(_MICRO)),
+    ("critic.ulysses_sequence_parallel_size", ignored("sequence parallelism: " + _ENGINE)),
+    ("critic.rollout_n", ignored("follows rollout.n")),
+    ("critic.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
+    ("critic.profiler.*", ignored(_PROFILER)),
+    # ---- rewards
+    ("reward_model.enable", only(False, why="real verl's token-classification reward model; "
+                                 "use reward_fn.type=huggingface_rm (docs/rewards.md)")),
+    ("reward_model.reward_manager", only("naive", why="other reward managers")),
+    ("reward_model.*", ignored("used with reward_model.enable only")),
+    ("custom_reward_function.path", only(None, why="real verl's per-sample compute_score(data_source, "
+                                         "solution_str, ground_truth, extra_info); write a batch function and "
+                                         "set reward_fn.type=python reward_fn.function=FILE.py:NAME "
+                                         "(docs/rewards.md)")),
+    ("custom_reward_function.*", ignored("used with custom_reward_function.path only")),
+    # ---- algorithm
+    ("algorithm.adv_estimator", custom(_adv_estimator, "algorithm.name + algorithm.adv_estimator", default="gae",
+                                       note="gae, grpo, rloo, remax, reinforce_plus_plus(_baseline) "
+                                            "(+ _vectorized forms); others are refused")),
+    ("algorithm.gamma", to("algorithm.gamma", as_float, default=1.0)),
+    ("algorithm.lam", to("algorithm.lam", as_float, default=1.0, note="GAE lambda (ours: 0.95 elsewhere)")),
+    ("algorithm.norm_adv_by_std_in_grpo", to("algorithm.norm_adv_by_std_in_grpo", as_bool, default=True)),
+    ("algorithm.use_kl_in_reward", to("algorithm.use_kl_in_reward", as_bool, default=False)),
+    ("algorithm.kl_penalty", custom(_kl_penalty, "algorithm.kl_estimator (with use_kl_in_reward)", default="kl",
+                                    note="as kl_loss_type; one estimator when both KL placements are on")),
+    ("algorithm.kl_ctrl.type", to("algorithm.kl_ctrl.type", default="fixed", note="fixed | adaptive")),
+    ("algorithm.kl_ctrl.kl_coef", to("algorithm.kl_coef", as_float, default=0.001, note="KL-in-reward coefficient")),
+    ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
+    ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
+    ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
+    ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
+    # ---- trainer
+    ("trainer.total_epochs", custom(_total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
+                                    default=30, phase=2, note="used when total_training_steps is null")),
+    ("trainer.total_training_steps", custom(_total_training_steps, "training.total_steps", default=None, phase=2)),
+    ("trainer.project_name", to("logging.project", default="verl_examples")),
+    ("trainer.experiment_name", to("logging.run_name", default="gsm8k")),
+    ("trainer.logger", custom(_logger, "logging.backends (+ jsonl)", real_default=["console", "wandb"],
+                              note="console, wandb, tensorboard; not given: console; metrics.jsonl always")),
+    ("trainer.nnodes", custom(_placement, "distributed.nnodes", note="more than one device: distributed.backend=ray")),
+    ("trainer.n_gpus_per_node", custom(_placement, "distributed.devices_per_node", real_default=8,
+                                       note="not given: 1 (one process) here")),
+    ("trainer.device", custom(_device, "device", note="cuda | cpu")),
+    ("trainer.save_freq", custom(_save_freq, "checkpoint.save_full_every (+ save_mode=full)", default=-1,
+                                 note="resumable checkpoints; -1 = none")),
+    ("trainer.resume_mode", custom(_resume_mode, "checkpoint.resume", default="auto",
+                                   note="auto | disable (none + overwrite) | resume_path (trainer.resume_from_path)")),
+    ("trainer.resume_from_path", reads("checkpoint.resume with resume_mode=resume_path", default=None)),
+    ("trainer.test_freq", custom(_test_freq, "training.val_every", default=-1, note="-1 = no validation")),
+    ("trainer.val_before_train", ignored("validation runs at step 0 exactly when test_freq > 0")),
+    ("trainer.val_only", only(False, why="validation-only runs")),
+    ("trainer.critic_warmup", to("algorithm.critic_warmup", as_int, default=0)),
+    ("trainer.default_local_dir", custom(lambda v, c, k: {"checkpoint.save_dir": _path(v)}, "checkpoint.save_dir",
+                                         default="checkpoints/${trainer.project_name}/${trainer.experiment_name}",
+                                         note="the run folder (checkpoint layout differs)")),
+    ("trainer.default_hdfs_dir", only(None, why="HDFS uploads")),
+    ("trainer.max_actor_ckpt_to_keep", custom(_keep_ckpts, "checkpoint.keep_last", default=None, phase=2,
+                                              note="null: keep all")),
+    ("trainer.max_critic_ckpt_to_keep", ignored("one checkpoint holds actor and critic here")),
+    ("trainer.del_local_ckpt_after_load", ignored("checkpoints are never deleted on load here")),
+    ("trainer.log_val_generations", ignored("validation samples go to samples.jsonl")),
+    ("trainer.rollout_data_dir", ignored("rollout samples go to samples.jsonl")),
+    ("trainer.validation_data_dir", ignored("validation samples go to samples.jsonl")),
+    ("trainer.balance_batch", ignored("ranks get balanced token counts here anyway")),
+    ("trainer.esi_redundant_time", ignored(_ENGINE)),
+    ("trainer.ray_wait_register_center_timeout", ignored(_ENGINE)),
+    ("trainer.use_legacy_worker_impl", ignored(_ENGINE)),
+    ("trainer.profile_steps", ignored(_PROFILER)),
+    ("trainer.profile_continuous_steps", ignored(_PROFILER)),
+    ("trainer.controller_nsight_options.*", ignored(_PROFILER)),
+    ("trainer.worker_nsight_options.*", ignored(_PROFILER)),
+    ("trainer.npu_profile.*", ignored(_PROFILER)),
+    # ---- Ray, profiler, Hydra
+    ("ray_kwargs.ray_init.num_cpus", to("distributed.num_cpus", as_int)),
+    ("ray_kwargs.*", ignored("Ray start-up settings")),
+    ("ray_init.num_cpus", to("distributed.num_cpus", as_int, note="older name")),
+    ("ray_init.*", ignored("Ray start-up settings")),
+    ("global_profiler.*", ignored(_PROFILER)),
+    ("hydra.*", ignored("Hydra's own settings (no Hydra here)")),
+]
+
+TABLE: dict[str, RealKey] = {}
+for _key, _fields in _ENTRIES:
+    assert _key not in TABLE, f"duplicate real verl key {_key}"
+    TABLE[_key] = RealKey(**_fields)
+del _key, _fields
+
+# Top-level sections of real verl's config. Our own sections outside these pass straight through.
+REAL_SECTIONS = ("actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "algorithm",
+                 "trainer", "ray_kwargs", "ray_init", "global_profiler", "hydra")
+
+
+def lookup(key: str) -> Optional[tuple[str, RealKey]]:
+    """(table key, entry) for a real verl key: the exact entry, else the longest group ("a.b.*")
+    above it; Hydra's `_target_` fields are accepted and ignored. None when the key is not in it."""
+    if key in TABLE:
+        return key, TABLE[key]
+    if key.split(".")[-1] == "_target_":
+        return key, RealKey(convert=None, target="(ignored)", note="Hydra's class selector")
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        group = ".".join(parts[:cut]) + ".*"
+        if group in TABLE:
+            return group, TABLE[group]
+    return None
+
+
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest d <= cap dividing n (the default micro-batch: micro-batching does not change results)."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def steps_from_epochs(num_prompts: int, batch: int, epochs: int) -> int:
+    """Real verl's count: full batches per epoch (the dataloader drops the last partial one) x epochs."""
+    return math.floor(num_prompts / batch) * epochs

@@ -1,0 +1,388 @@
+"""Apply `verl.compat.real_verl.TABLE` to a real verl `main_ppo` command line.
+
+    tr = translate(["data.train_files=gsm8k/train.parquet", "actor_rollout_ref.model.path=tiny:gpt2", ...])
+    tr.overrides     # ["data.train_files=[\"gsm8k/train.parquet\"]", "model.name=\"tiny:gpt2\"", ...]
+    tr.notes         # one line per ignored key and per value derived here (steps, reward, micro-batch)
+    config = load_translated(tr)   # our Config; an error names the real key that set the bad value
+
+Arguments are Hydra-style `key=value` (`+key=value` and `++key=value` too); values are read as
+YAML, plus Hydra's bare floats (`1e-6`) and simple `${other.key}` interpolation. Keys of our own
+config (model.*, rollout.*, training.*, ...; and keys of our data/algorithm/critic sections that
+real verl does not have) pass through unchanged. Every real verl key the user did not give takes
+real verl's default from the table, except where the table says otherwise, so a quickstart line
+trains what it trains there. Precedence for each of our keys: our own key > a real key given >
+a real verl default; two given keys that disagree are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+
+from verl.compat.real_verl import (ARR, MANUAL, NO_DEFAULT, REAL_SECTIONS, TABLE, RealKey, largest_divisor_at_most,
+                                   lookup, same_value, steps_from_epochs)
+from verl.config import Config, ConfigError
+
+# real verl's default_compute_score by data_source -> our reward_fn keys (real's gsm8k scorer is strict:
+# only "#### n" counts; wrong or missing answers score 0)
+DEFAULT_REWARDS = {
+    "openai/gsm8k": {"reward_fn.type": "gsm8k", "reward_fn.strict": True, "reward_fn.format_score": 0.0},
+    "lighteval/MATH": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
+    "DigitalLearningGmbH/MATH-lighteval": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
+}
+# Our sections that real verl's config also has: a key there is read as real verl's first.
+SHARED_SECTIONS = ("data", "algorithm", "critic")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+_INTERP = re.compile(r"\$\{([^}]*)\}")
+DEFAULT, GIVEN, NATIVE = 0, 1, 2  # precedence of a value's source
+ACTOR_MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
+
+
+@dataclass
+class Translation:
+    overrides: list[str]  # our `key=value` overrides (JSON values), as `verl train` takes them
+    values: dict[str, Any]  # our key -> value
+    sources: dict[str, str]  # our key -> what set it: "real.key=value", our own "key=value", or a derived default
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------
+
+
+def parse_value(raw: str) -> Any:
+    """A Hydra override value: YAML, with Hydra's bare floats such as 1e-6 read as numbers."""
+    if raw == "":
+        return ""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw  # Hydra keeps unparsable text as a string
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def _flatten(key: str, value: Any, out: list) -> None:
+    if isinstance(value, dict) and value and lookup(key) is None:
+        for sub, v in value.items():
+            _flatten(f"{key}.{sub}", v, out)
+    else:
+        out.append((key, value))
+
+
+def parse_args(argv: list[str]) -> list[tuple[str, Any]]:
+    pairs: list[tuple[str, Any]] = []
+    for item in argv:
+        if item.startswith("~"):
+            raise ConfigError(f"{item}: deleting keys (Hydra '~') is not supported here; see {MANUAL}")
+        if item.startswith("-"):
+            raise ConfigError(f"{item}: Hydra options are not read here; pass key=value overrides (see {MANUAL})")
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key.path=value")
+        key, raw = item.split("=", 1)
+        key = key.strip().lstrip("+")
+        if not key:
+            raise ConfigError(f"override '{item}' has no key")
+        _flatten(key, parse_value(raw), pairs)
+    return pairs
+
+
+def _native_leaf(key: str) -> bool:
+    """Is `key` a leaf of our Config (e.g. data.answer_key)?"""
+    cls: Any = Config
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return False
+        names = {f.name for f in dataclasses.fields(cls)}
+        if part not in names:
+            return False
+        cls = typing.get_type_hints(cls)[part]
+        args = [a for a in typing.get_args(cls) if a is not type(None)]
+        if args and typing.get_origin(cls) is typing.Union:
+            cls = args[0]
+    return not dataclasses.is_dataclass(cls)
+
+
+def _unsupported(key: str) -> ConfigError:
+    section = key.split(".")[0]
+    candidates = [k for k in TABLE if not k.endswith(".*") and k.split(".")[0] == section]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return ConfigError(f"{key}: real verl key not supported here, it has no equivalent{hint} ({MANUAL} lists the "
+                       f"keys that map)")
+
+
+# ---------------------------------------------------------------------------
+# Context the converters read
+# ---------------------------------------------------------------------------
+
+
+class Context:
+    """Effective real verl values (given > read back from our own keys > real defaults), and the
+    derived quantities converters need: devices and the run's total step count."""
+
+    def __init__(self, values: dict, given: set, native: dict):
+        self.values, self.given_keys, self.native = values, given, native
+        self.ours: dict[str, tuple[Any, str, int]] = {}  # filled by phase 1, read by phase 2
+        self._steps: Optional[int] = None
+        self._prompts: Optional[int] = None
+        self._train_rows = None
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def given(self, key: str) -> bool:
+        return key in self.given_keys
+
+    def our(self, key: str, default: Any = None) -> Any:
+        if key in self.native:
+            return self.native[key]
+        return self.ours[key][0] if key in self.ours else default
+
+    def world_size(self) -> int:
+        """Devices of the run: trainer.nnodes x n_gpus_per_node (or our distributed keys), 1 by default."""
+        if self.native.get("distributed.backend", "ray") != "ray":
+            return 1
+        nnodes = self.get("trainer.nnodes") or self.native.get("distributed.nnodes") or 1
+        per_node = self.get("trainer.n_gpus_per_node") or self.native.get("distributed.devices_per_node") or 1
+        return int(nnodes) * int(per_node)
+
+    def train_rows(self):
+        if self._train_rows is None:
+            from verl.data.sources import read_many
+
+            files = self.our("data.train_files")
+            if not files:
+                raise ConfigError("data.train_files: required (real verl's default ~/data/rlhf/gsm8k/train.parquet "
+                                  "is not assumed); give the training parquet/jsonl file(s)")
+            self._train_rows = read_many(files if isinstance(files, list) else [files],
+                                         self.our("data.prompt_key", "prompt"), self.our("data.answer_key", "answer"))
+        return self._train_rows
+
+    def num_train_prompts(self) -> int:
+        """Prompts a real verl epoch visits: all rows, or those that fit with filter_overlong_prompts."""
+        if self._prompts is None:
+            self._prompts = self._count_prompts()
+        return self._prompts
+
+    def _count_prompts(self) -> int:
+        rows = self.train_rows()
+        if self.our("data.truncation") != "filter":
+            return len(rows)
+        from verl.config import DataConfig, build_section
+        from verl.data.prompts import PromptLoader
+        from verl.models.loading import load_tokenizer
+
+        data_keys = {k.split(".", 1)[1]: self.our(k) for k in (*self.native, *self.ours) if k.startswith("data.")}
+        data_cfg = build_section(DataConfig, data_keys, "data")
+        name = self.our("model.tokenizer") or self.our("model.name")
+        tokenizer = load_tokenizer(name, "model.tokenizer" if self.our("model.tokenizer") else "model.name",
+                                   bool(self.our("model.trust_remote_code", False)))
+        return len(PromptLoader(rows, tokenizer, data_cfg, batch_size=1, name="train"))
+
+    def total_steps(self) -> int:
+        if self._steps is None:
+            if "training.total_steps" in self.native:
+                self._steps = int(self.native["training.total_steps"])
+            elif self.get("trainer.total_training_steps") is not None:
+                self._steps = int(self.get("trainer.total_training_steps"))
+            else:
+                prompts = self.num_train_prompts()
+                batch = int(self.our("training.batch_size"))
+                epochs = int(self.get("trainer.total_epochs"))
+                self._steps = steps_from_epochs(prompts, batch, epochs)
+                if self._steps < 1:
+                    raise ConfigError(f"data.train_batch_size: {batch} prompts per step, but data.train_files hold "
+                                      f"{prompts} usable prompts: no full batch, so no step would run; lower it or "
+                                      f"set trainer.total_training_steps")
+        return self._steps
+
+
+# ---------------------------------------------------------------------------
+# Translation
+# ---------------------------------------------------------------------------
+
+
+def _resolve(values: dict) -> None:
+    """Resolve `${other.key}` in string values (real verl's own default_local_dir uses it)."""
+    def lookup_ref(ref: str, key: str, depth: int) -> Any:
+        if ref.startswith("oc.") or ":" in ref:
+            raise ConfigError(f"{key}: resolver '${{{ref}}}' is not supported here; give the value itself")
+        if ref not in values:
+            raise ConfigError(f"{key}: '${{{ref}}}' names no key that is set")
+        return resolve(values[ref], ref, depth + 1)
+
+    def resolve(value: Any, key: str, depth: int = 0) -> Any:
+        if not isinstance(value, str) or "${" not in value:
+            return value
+        if depth > 10:
+            raise ConfigError(f"{key}: interpolation refers to itself")
+        whole = _INTERP.fullmatch(value)
+        if whole:
+            return lookup_ref(whole.group(1), key, depth)
+        return _INTERP.sub(lambda m: str(lookup_ref(m.group(1), key, depth)), value)
+
+    for key in list(values):
+        values[key] = resolve(values[key], key)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _put(ours: dict, our_key: str, value: Any, source: str, rank: int) -> None:
+    if our_key in ours:
+        old_value, old_source, old_rank = ours[our_key]
+        if rank >= GIVEN and old_rank >= GIVEN and not same_value(old_value, value):
+            raise ConfigError(f"{source} and {old_source} both set {our_key} here ({_shown(value)} vs "
+                              f"{_shown(old_value)}); keep one")
+        if rank <= old_rank:
+            return
+    ours[our_key] = (value, source, rank)
+
+
+def _apply(ctx: Context, items: list, phase: int, notes: list) -> None:
+    for key, entry, value, given in items:
+        if entry.phase != phase:
+            continue
+        if entry.ignored:
+            if given:
+                notes.append(f"ignored {key}={_shown(value)}: {entry.note}")
+            continue
+        rank = GIVEN if given else DEFAULT
+        source = f"{key}={_shown(value)}" if given else f"real verl's default {key}={_shown(value)}"
+        try:
+            converted = entry.convert(value, ctx, key)
+        except ConfigError as exc:
+            if given or not str(exc).startswith(key):
+                raise
+            raise ConfigError(f"{exc} [{key}={_shown(value)} is real verl's default: give it]") from None
+        for our_key, our_value in converted.items():
+            if not given and our_key.startswith("algorithm.") and "algorithm.name" in ctx.native:
+                continue  # our algorithm.name preset fills what real verl's defaults would
+            _put(ctx.ours, our_key, our_value, source, rank)
+
+
+def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
+    """Real verl scores by data_source (default_compute_score); here one reward serves the run."""
+    choice, first = None, None
+    for row in list(ctx.train_rows()) + list(val_rows):
+        reward = DEFAULT_REWARDS.get(row.data_source)
+        if reward is None:
+            known = ", ".join(DEFAULT_REWARDS)
+            raise ConfigError(f"data_source '{row.data_source}' ({row.origin}): real verl's default reward for it is "
+                              f"not built in here (built in: {known}); set reward_fn.type (docs/rewards.md)")
+        if choice is not None and reward != choice:
+            raise ConfigError(f"data_source '{row.data_source}' ({row.origin}) and '{first.data_source}' "
+                              f"({first.origin}) need different rewards; one reward serves a run here: set "
+                              f"reward_fn.type (docs/rewards.md)")
+        choice, first = reward, first or row
+    detail = ", strict '#### n'" if choice.get("reward_fn.strict") else ""
+    notes.append(f"reward: {choice['reward_fn.type']} (format_score 0{detail}) for data_source "
+                 f"{first.data_source}, as real verl's default_compute_score")
+    return choice
+
+
+def _dump(value: Any) -> str:
+    """JSON that our YAML override parser reads back as the same value (floats stay floats)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        mantissa, _, exp = text.partition("e")
+        if exp:  # YAML 1.1 floats need a '.' and a signed exponent: 1e-06 -> 1.0e-06
+            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[0] in '+-' else '+' + exp}"
+        return text
+    return json.dumps(value)
+
+
+def translate(argv: list[str]) -> Translation:
+    pairs = parse_args(argv)
+    given: dict[str, Any] = {}
+    native: dict[str, Any] = {}
+    matched: list[tuple[str, RealKey, Any]] = []  # given keys covered by a group or _target_
+    for key, value in pairs:
+        section = key.split(".")[0]
+        found = lookup(key) if section in REAL_SECTIONS else None
+        if found is not None:
+            table_key, entry = found
+            if table_key == key:
+                given[key] = value
+            else:
+                matched.append((key, entry, value))
+        elif section not in REAL_SECTIONS or (section in SHARED_SECTIONS and _native_leaf(key)):
+            native[key] = value
+        else:
+            raise _unsupported(key)
+
+    values = {k: e.default for k, e in TABLE.items() if e.default is not NO_DEFAULT}
+    for real_key, entry in TABLE.items():  # our own key read back into the real key that sets it unchanged
+        if entry.identity and entry.identity in native and real_key not in given:
+            values[real_key] = native[entry.identity]
+    values.update(given)
+    _resolve(values)
+    ctx = Context(values, set(given), native)
+    for our_key, value in native.items():
+        _put(ctx.ours, our_key, value, f"{our_key}={_shown(value)}", NATIVE)
+
+    items = [(k, e, values[k], k in given) for k, e in TABLE.items() if not k.endswith(".*") and k in values]
+    items += [(k, e, v, True) for k, e, v in matched]
+    notes: list[str] = []
+    _apply(ctx, items, 1, notes)
+    if ctx.our("model.name") is None:
+        raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")
+    ctx.train_rows()  # required, and read before any model loads: a bad row fails in a second
+    _apply(ctx, items, 2, notes)
+    steps = ctx.total_steps()
+    if ctx.get("trainer.total_training_steps") is None and "training.total_steps" not in native:
+        notes.append(f"training.total_steps={steps}: trainer.total_epochs={ctx.get('trainer.total_epochs')} x "
+                     f"({ctx.num_train_prompts()} prompts // {ctx.our('training.batch_size')} per step)")
+
+    if "training.micro_batch_size" not in ctx.ours:  # real verl requires one; micro-batching keeps results
+        per_rank = max(1, int(ctx.our("training.mini_batch_size")) // ctx.world_size())
+        micro = largest_divisor_at_most(per_rank, 4)
+        _put(ctx.ours, "training.micro_batch_size", micro, "the micro-batch default", DEFAULT)
+        notes.append(f"training.micro_batch_size={micro}: {ACTOR_MICRO} not given")
+
+    val_rows = []
+    if ctx.our("data.val_files"):
+        from verl.data.sources import read_many
+
+        val_rows = read_many(ctx.our("data.val_files"), ctx.our("data.prompt_key", "prompt"),
+                             ctx.our("data.answer_key", "answer"))
+        _put(ctx.ours, "data.val_max_samples", len(val_rows), "real verl validates every row", DEFAULT)
+    if not any(k.startswith("reward_fn.") for k in native):
+        for our_key, value in _pick_reward(ctx, val_rows, notes).items():
+            _put(ctx.ours, our_key, value, "the reward for the data_source", DEFAULT)
+
+    ordered = dict(sorted(ctx.ours.items()))
+    return Translation(overrides=[f"{k}={_dump(v)}" for k, (v, _, _) in ordered.items()],
+                       values={k: v for k, (v, _, _) in ordered.items()},
+                       sources={k: s for k, (_, s, _) in ordered.items()}, notes=notes)
+
+
+def load_translated(tr: Translation):
+    """Our finalized Config; a ConfigError about one of our keys also names the real key that set it."""
+    from verl.config import load_config
+
+    try:
+        return load_config(None, tr.overrides)
+    except ConfigError as exc:
+        message = str(exc)
+        named = [f"{k} <- {s}" for k, s in tr.sources.items() if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", message)
+                 and not s.startswith(k + "=")]
+        if named:
+            message += f" [{'; '.join(named)}]"
+        raise ConfigError(message) from None
