@@ -9,6 +9,23 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+# Intra-op threads: 1 (VERL_TEST_THREADS overrides), for this process and every child it starts
+# (CLI runs, Ray workers, the vLLM engine), set before torch starts its thread pool. The thread
+# count partitions CPU reductions and matmuls (their summation order), so a fixed one takes the
+# machine's core count out of every result; tests that compare two computation paths still use
+# tolerances that hold at any thread count and ISA. One thread is also the fast choice for these
+# tiny models on a shared 2-core machine: test_perf_packing.py took 26 s with 1 thread and 53-102 s
+# with 2 under load (OpenMP threads wait for each other at every op).
+TEST_THREADS = int(os.environ.get("VERL_TEST_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)
+os.environ["MKL_NUM_THREADS"] = str(TEST_THREADS)
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(TEST_THREADS)  # in case torch was imported before this file
+
 
 @pytest.fixture(scope="session")
 def tiny_gpt2() -> str:

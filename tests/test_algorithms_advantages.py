@@ -80,7 +80,7 @@ def test_gae_skipping_masked_tokens_equals_gae_on_compacted_sequence():
     for i in range(mask.shape[0]):
         keep = mask[i].bool()
         n = int(keep.sum())
-        if n == 0:
+        if n == 0:  # masked positions are written as exact zeros, not computed to zero
             assert adv[i].abs().sum() == 0
             continue
         a_c, r_c = compute_gae(rewards[i:i + 1, keep], values[i:i + 1, keep], torch.ones(1, n), 0.95, 0.9)
@@ -110,7 +110,7 @@ def test_grpo_by_hand_with_singleton_group():
 
 def test_grpo_all_equal_rewards_give_zero():
     adv, _ = compute_grpo(torch.tensor([2.0, 2.0, 2.0]), torch.ones(3, 4), ["p", "p", "p"])
-    assert torch.equal(adv, torch.zeros(3, 4))
+    assert torch.equal(adv, torch.zeros(3, 4))  # exact: the mean of equal floats is that float, 2 - 2 = 0
     assert not torch.isnan(adv).any()
 
 

@@ -111,6 +111,8 @@ def test_entropy_by_hand_and_stable():
     logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(0)) * 5
     ref = torch.distributions.Categorical(logits=logits).entropy()
     assert entropy_from_logits(logits).shape == (2, 3)
+    # Two formulas (ours vs torch.distributions) over 11 float32 logits up to ~15: a few ulps of
+    # the terms they cancel, observed <= 1.8e-6.
     assert torch.allclose(entropy_from_logits(logits), ref, atol=1e-5)
 
 

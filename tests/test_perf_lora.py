@@ -62,6 +62,8 @@ def test_reference_is_base_model_with_adapters_disabled(tmp_path, arch, request)
         with adapters_disabled(actor.model):
             got = response_log_probs(actor.model, ids, mask, pos, 6)[0]
         trained = response_log_probs(actor.model, ids, mask, pos, 6)[0]
+    # Disabled adapters: each LoRA layer runs its base layer's own linear, the base model's
+    # computation (observed bitwise); 1e-5 is float32 rounding of log-probs ~1-10 to spare.
     assert torch.allclose(got, want, atol=1e-5)
     assert not torch.allclose(trained, want, atol=1e-3)
     # Adapters are back on after the reference pass.
@@ -71,6 +73,8 @@ def test_reference_is_base_model_with_adapters_disabled(tmp_path, arch, request)
 
     batch = Batch(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -6:],
                   response_mask=mask[:, -6:].float())
+    # The reference's own micro-batches and head chunks vs one call: float32 ulps of log-probs
+    # ~1-10 (observed <= 2e-7). atol 1e-5.
     assert torch.allclose(ref.compute_log_probs(batch), want * batch.response_mask, atol=1e-5)
 
 
@@ -85,14 +89,14 @@ def test_merged_state_items_equal_peft_merge_and_save(tmp_path, tiny_llama):
     # Same names (tied lm_head written once, as save_pretrained does) and values.
     assert set(items) <= set(ref_state)
     assert set(ref_state) - set(items) <= {"lm_head.weight"}
-    for name, value in items.items():
+    for name, value in items.items():  # W + (alpha / r) B A in float32: an ulp or two of weights ~1
         assert torch.allclose(value, ref_state[name], atol=1e-6), name
     assert not any("lora" in n or "base_layer" in n for n in items)
 
     out = save_merged(model, None, str(tmp_path / "merged"))
     loaded = AutoModelForCausalLM.from_pretrained(out)
     ids, mask, pos = _batch(loaded.config.vocab_size)
-    with torch.no_grad():
+    with torch.no_grad():  # merged weights vs base + adapter products: float32 ulps of logits ~10
         assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-4)
     assert type(model).__name__.startswith("Peft")  # the training model keeps its adapters
 

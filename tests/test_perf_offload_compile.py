@@ -69,6 +69,9 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
 
     lp0, g0 = run(contextlib.nullcontext())
     lp1, g1 = run(compiled.active())
+    # Inductor's generated kernels (fused elementwise ops, their own reductions) vs eager: float32
+    # ulps of log-probs ~1-10 (observed <= 1.4e-6) and of gradients (observed <= 2.6e-6 of each
+    # tensor's largest element). atol 1e-4 for both: generous, and still far below a wrong layer.
     assert torch.allclose(lp0 * rmask, lp1 * rmask, atol=1e-4)
     for a, b in zip(g0, g1):
         assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()) + 1e-7)
@@ -87,7 +90,9 @@ def test_fused_head_equals_eager(with_entropy, device):
 
     gen = torch.Generator().manual_seed(0)
     n, h, v = 37, 16, 300
-    head = torch.nn.Linear(h, v, bias=False).to(device)
+    with torch.random.fork_rng(devices=[]):  # a seeded head, whatever ran before
+        torch.manual_seed(0)
+        head = torch.nn.Linear(h, v, bias=False).to(device)
     targets = torch.randint(0, v, (n,), generator=gen).to(device)
     hidden = torch.randn(n, h, generator=gen).to(device).requires_grad_()
     g = torch.randn(n, generator=gen).to(device)
@@ -97,6 +102,8 @@ def test_fused_head_equals_eager(with_entropy, device):
                                  fused=fused)
         loss = (lp * g).sum() + (ent * g).sum() * with_entropy
         results.append((lp.detach(), ent.detach(), *torch.autograd.grad(loss, (hidden, head.weight))))
+    # The same chunk math compiled (fused, one-hot as a comparison) vs eager (scatter): float32
+    # ulps of values ~1-6 and of gradients (observed <= 1e-7). 1e-5 of the largest + 1e-6.
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-5 * float(b.abs().max()) + 1e-6)
 

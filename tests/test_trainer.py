@@ -44,8 +44,8 @@ def test_short_run_updates_every_parameter(tmp_path, arch, algo, request):
 
     out = cfg.checkpoint.save_dir
     loaded = AutoModelForCausalLM.from_pretrained(out)
-    for name, p in loaded.named_parameters():
-        assert torch.allclose(p, trainer.actor.model.state_dict()[name].float(), atol=0), name
+    for name, p in loaded.named_parameters():  # a save/load round trip of float32 tensors: bitwise
+        assert torch.equal(p, trainer.actor.model.state_dict()[name].float()), name
     assert os.path.exists(os.path.join(out, "metrics.jsonl"))
     # The seed calls .generate on trainer.actor.model.
     ids = trainer.tokenizer("I love", return_tensors="pt")
@@ -64,10 +64,17 @@ def _one_step_grads(tmp_path, monkeypatch, micro, tag, extra=None):
 
 
 def _assert_same_grads(a, b, roles=("actor", "critic")):
+    """Two computation paths (other micro-batch shapes: rows trimmed to their own padding, so
+    other matmul and attention sizes; float32 gradients summed in another order). Each element
+    is off by a few ulps of the terms summed into it, which are bounded by the tensor's largest
+    element: observed <= 8e-7 of max|g| (1 and 2 threads, AVX2 and the default ISA), whereas
+    per-micro-batch normalisation or a mask bug moves gradients by > 1e-2. atol 1e-5 * max|g|,
+    rtol 1e-4."""
     for role in roles:
         assert len(a[role]) == len(b[role]) > 0
         for i, (ga, gb) in enumerate(zip(a[role], b[role])):
-            assert torch.allclose(ga, gb, atol=1e-7, rtol=1e-4), (role, i, (ga - gb).abs().max())
+            atol = 1e-5 * float(ga.abs().max())
+            assert torch.allclose(ga, gb, atol=atol, rtol=1e-4), (role, i, (ga - gb).abs().max())
 
 
 @pytest.mark.parametrize("extra", [{}, {"algorithm.loss_agg_mode": "seq-mean-token-mean"},

@@ -6,6 +6,15 @@ original weights back before they return.
 The tiny models here use hidden 128 (head size 32): vLLM's CPU attention kernel needs a
 head size in {32, 64, 80, ...}, so the default tiny models (hidden 64, head size 16) are
 refused with a clear error (tested below).
+
+vLLM's CPU kernels and transformers' are two computation paths over the same float32 weights:
+log-probs are compared within 1e-4 (float32 rounding through 2 layers of log-probs ~1-10;
+observed <= 5e-7). Greedy tokens are compared exactly: these models are random-init with a
+fixed seed (pretrain_steps=0: the same weights on every machine, up to float32 rounding), and
+at every greedy step of these prompts the two largest logits are >= 0.013 apart (measured),
+so rounding cannot swap them. `min_top2_gap` asserts a gap > 1e-3 (10x the log-prob
+tolerance) before each exact comparison: a change of model or prompts that brings a step near
+a tie fails there, saying so, instead of as a token mismatch.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import sys
 import pytest
 import torch
 
+from greedy_paths import min_top2_gap
 from verl.batch import Batch
 from verl.config import RolloutConfig
 from verl.rollout.base import SamplingParams
@@ -121,7 +131,8 @@ def test_same_batch_layout_as_hf_backend(engine, hf_model, tokenizer, rollout_cf
         assert (a is None) == (b is None), name
         if a is not None:
             assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape, a.dtype, b.dtype)
-    # Greedy in float32: the same tokens, hence identical ids, masks and positions.
+    # Greedy in float32: the same tokens (no step near a tie), hence identical ids, masks and positions.
+    assert min_top2_gap(hf_model, ref) > 1e-3
     for name in ("input_ids", "attention_mask", "position_ids", "responses", "response_mask"):
         assert torch.equal(getattr(ours, name), getattr(ref, name)), name
     torch.testing.assert_close(ours.rollout_log_probs, ref.rollout_log_probs, atol=1e-4, rtol=0)
@@ -197,12 +208,14 @@ def test_sync_changes_generations_to_the_actors(engine, hf_model, tokenizer):
     actor = perturbed(hf_model)
     try:
         stale = engine.generate(prompts, greedy)
+        assert min_top2_gap(hf_model, stale) > 1e-3  # exact greedy comparisons: module docstring
         assert responses_of(stale) == hf_greedy(hf_model, tokenizer, prompts, 12)
         assert responses_of(stale) != hf_greedy(actor, tokenizer, prompts, 12)
         stale_diff = logprob_diff(stale.rollout_log_probs, actor_log_probs(actor, stale), stale.response_mask)
 
         metrics = engine.sync_weights(actor)
         fresh = engine.generate(prompts, greedy)
+        assert min_top2_gap(actor, fresh) > 1e-3
         assert responses_of(fresh) == hf_greedy(actor, tokenizer, prompts, 12)
         fresh_diff = logprob_diff(fresh.rollout_log_probs, actor_log_probs(actor, fresh), fresh.response_mask)
         assert fresh_diff < 1e-4 < 0.05 < stale_diff, (fresh_diff, stale_diff)
@@ -330,8 +343,9 @@ def test_missing_vllm_is_a_one_line_error(monkeypatch, tokenizer, rollout_cfg):
 def test_engine_keeps_torch_threads_usable(engine):
     """vLLM's CPU worker disables torch.set_num_threads process-wide; the actor needs it back."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    assert torch.get_num_threads() == 1
+    other = 2 if before == 1 else 1  # a change (the suite runs on 1 thread: tests/conftest.py)
+    torch.set_num_threads(other)
+    assert torch.get_num_threads() == other
     torch.set_num_threads(before)
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 

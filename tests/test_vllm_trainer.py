@@ -39,7 +39,7 @@ def test_grpo_steps_with_vllm_backend(tmp_path, tiny_qwen2):
         [sys.executable, "-m", "verl.cli", "train", "model.name=tiny:qwen2", "rollout.name=vllm",
          "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "training.micro_batch_size=8",
          "rollout.max_new_tokens=8", "logging.backends=[jsonl]", "logging.progress_bar=false", "device=cpu",
-         "--save_dir", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+         "--save_dir", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)  # not in the repo
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3]
