@@ -178,7 +178,7 @@ def test_examples_run_from_another_folder(tmp_path, monkeypatch):
     """The shipped recipes name their data relative to examples/, so they load from anywhere."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.chdir(tmp_path)
-    for name in ("arithmetic_grpo.yaml", "arithmetic_ppo.yaml"):
+    for name in ("arithmetic_grpo.yaml", "arithmetic_ppo.yaml", "arithmetic_grpo_cpu.yaml", "quickstart.yaml"):
         loaded = load_config(os.path.join(root, "examples", name))
         for path in loaded.data.train_files + loaded.data.val_files:
             assert os.path.isfile(path), (name, path)

@@ -83,6 +83,9 @@ def test_has_final_answer():
     assert has_final_answer(r"so \boxed{x+1}")
     assert not has_final_answer("the answer is 12")
     assert not has_final_answer(r"\boxed{}")
+    # the number after the mark must end the answer: an expression there is not a final answer
+    assert has_final_answer("3 + 7 = 10\n#### 10.") and has_final_answer("#### 3 + 7 = 10\n#### 10")
+    assert not has_final_answer("#### 3 + 7 = 10") and not has_final_answer("#### 12 apples and 3 pears")
 
 
 def _batch(responses, truths):

@@ -1,7 +1,7 @@
 """`verl` command line.
 
     verl train [CONFIG.yaml] [a.b=value ...] [--save_dir DIR] [--save_actor_only | --save_full_state | --save_lora]
-               [--resume auto|PATH|none] [--resume_force]
+               [--resume auto|PATH|none] [--resume_force] [--overwrite]
     python3 -m verl.trainer.main_ppo key=value ...  real verl's entry point and keys (docs/real_verl.md)
     verl data arithmetic --n N --out FILE       synthetic arithmetic prompts (train + held-out)
     verl models fetch smollm2-135m-instruct     a real small instruct model, offline-ready
@@ -11,8 +11,10 @@
 
 Flags are spelled --snake_case (the seed's --save_dir); --kebab-case works too (verl/cli_flags.py).
 Bad input gives one line on stderr and exit code 2; `--debug` shows the traceback.
-SIGINT/SIGTERM during `verl train` finish the current step, save the full state and exit 0
-(a second Ctrl-C exits at once); divergence (NaN/Inf) and out-of-memory exit 1.
+SIGINT/SIGTERM during `verl train` stop within checkpoint.stop_grace_s: the last completed step's
+full state is saved and the exit code is 0; past the limit (or on a second signal) the exit is
+forced with 128 + the signal number (verl/trainer/signals.py). Divergence (NaN/Inf) and
+out-of-memory exit 1.
 """
 
 from __future__ import annotations
@@ -43,9 +45,8 @@ OOM_HINT = ("out of memory. Knobs, cheapest first: training.micro_batch_size (sm
 
 
 def _train(args) -> int:
+    """`verl train`: its flags become config overrides, then run_training."""
     import json
-
-    from verl.config import load_config
 
     overrides = list(args.overrides)
     if args.save_dir:
@@ -57,7 +58,18 @@ def _train(args) -> int:
         overrides.append(f"checkpoint.resume={json.dumps(args.resume)}")
     if args.resume_force:
         overrides.append("checkpoint.resume_force=true")
-    config = load_config(args.config, overrides)  # config errors answer before torch is imported
+    if args.overwrite:
+        overrides.append("checkpoint.overwrite=true")
+    return run_training(args.config, overrides)
+
+
+def run_training(config_path: str | None, overrides: list[str]) -> int:
+    """Load the config, settle where the run starts, train under the graceful-stop handlers.
+    The one training path of `verl train` and `python3 -m verl.trainer.main_ppo`; call it inside
+    run_guarded for the CLI's exit codes."""
+    from verl.config import load_config
+
+    config = load_config(config_path, overrides)  # config errors answer before torch is imported
     from verl.trainer import create_trainer
     from verl.trainer.resume import resolve_resume
     from verl.trainer.signals import GracefulStop, StopTraining
@@ -66,9 +78,9 @@ def _train(args) -> int:
     if point.finished:
         print(point.note)
         return 0
-    with GracefulStop():
-        trainer = create_trainer(config)
+    with GracefulStop(config.checkpoint.stop_grace_s):  # a stop takes at most stop_grace_s (signals.py)
         try:
+            trainer = create_trainer(config)  # a stop while models load ends here too (nothing to save)
             metrics = trainer.train()
         except StopTraining as stop:
             print(str(stop))
@@ -115,6 +127,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                   "(PATH), or start over (none); checkpoint.resume")
     add_flag(train, "--resume_force", action="store_true",
              help="resume even if the config changed in ways that change training")
+    add_flag(train, "--overwrite", action="store_true",
+             help="start a new run in a save_dir that holds an earlier one, moving that one to "
+                  "previous_run_N/ (checkpoint.overwrite); without it such a run is refused")
     add_flag(train, "--debug", action="store_true", help="show full tracebacks")
 
 
@@ -172,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
             return int(exc.code or 0)
-        return _run_guarded(lambda: int(args.run(args) or 0), "--debug" in argv)
+        return run_guarded(lambda: int(args.run(args) or 0), "--debug" in argv)
     try:
         # Overrides look like positional args; split config vs overrides ourselves.
         args, unknown = parser.parse_known_args(argv)
@@ -195,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.config and "=" in args.config and not os.path.exists(args.config):
         args.overrides.insert(0, args.config)  # `verl train a.b=1` with no config file
         args.config = None
-    return _run_guarded(lambda: _train(args), args.debug)
+    return run_guarded(lambda: _train(args), args.debug)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -204,14 +219,21 @@ def _is_oom(exc: BaseException) -> bool:
     return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
 
 
-def _run_guarded(fn, debug: bool) -> int:
+def _print_error(message) -> None:
+    """One line on stderr, with the secrets this process knows hidden (verl/redact.py)."""
+    from verl.redact import redact
+
+    print(f"error: {redact(str(message))}", file=sys.stderr)
+
+
+def run_guarded(fn, debug: bool) -> int:
     """User mistakes -> one line, exit 2; divergence/OOM -> one line, exit 1."""
     if debug:
         return fn()
     try:
         return fn()
     except _user_errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _print_error(exc)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -221,16 +243,16 @@ def _run_guarded(fn, debug: bool) -> int:
         from verl.trainer.errors import TrainingDiverged
 
         if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
-            print(f"error: {exc}", file=sys.stderr)
+            _print_error(exc)
             return 2
         if isinstance(exc, TrainingDiverged):
-            print(f"error: {exc}", file=sys.stderr)
+            _print_error(exc)
             return 1
         if _is_oom(exc):
-            print(f"error: {OOM_HINT}", file=sys.stderr)
+            _print_error(OOM_HINT)
             return 1
-        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-              "(run with --debug for the traceback)", file=sys.stderr)
+        _print_error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+                     "(run with --debug for the traceback)")
         return 1
 
 

@@ -206,7 +206,10 @@ class RewardFnConfig:
     # api
     url: Optional[str] = None
     api_key_env: Optional[str] = None
-    timeout_s: float = 30.0
+    # seconds one call may take (verl.rewards.deadline): None -> 300 per batch call, 0 = no limit (the
+    # function then runs in the calling thread); api: each HTTP request's timeout (None -> 30), the
+    # whole call bounded by its worst case
+    timeout_s: Optional[float] = None
     max_retries: int = 3
     concurrency: int = 8
     on_error: str = "fail"  # fail | zero  (also used when a function raises)
@@ -250,8 +253,9 @@ class LoggingConfig:
     backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     project: str = "verl"
     run_name: Optional[str] = None
-    wandb_mode: str = "online"  # online | offline | disabled
+    wandb_mode: str = "auto"  # auto (online when an API key is configured, else offline) | online | offline | disabled
     log_every: int = 1
+    val_samples: int = 4  # held-out (prompt, greedy answer, reward) rows printed and logged per validation
     progress_bar: bool = True
 
 
@@ -264,6 +268,8 @@ class CheckpointConfig:
     save_mode: str = "actor"  # final save: actor | full | lora
     resume: str = "none"  # none | auto | PATH
     resume_force: bool = False  # resume even if the config changed in ways that change training
+    overwrite: bool = False  # a new run where an earlier one is: move that one to previous_run_N/ (else refused)
+    stop_grace_s: float = 20.0  # SIGINT/SIGTERM: the longest a stop may take before a forced exit (verl/trainer/signals.py)
 
 
 @dataclass

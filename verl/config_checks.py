@@ -67,6 +67,11 @@ def _check_reward(rf: RewardFnConfig, key: str) -> None:
 
     _choice(rf.type, REWARD_TYPES, f"{key}.type")
     _choice(rf.on_error, ("fail", "zero"), f"{key}.on_error")
+    if rf.timeout_s is not None:
+        if rf.type == "api":
+            _positive(rf.timeout_s, f"{key}.timeout_s")  # each HTTP request's timeout
+        else:
+            _at_least(rf.timeout_s, 0, f"{key}.timeout_s")  # 0: no limit
     if rf.type == "python" and not rf.function:
         raise ConfigError(f"{key}.function: required for type python, as 'path/to/file.py:function_name'")
     if rf.type == "python" and ":" not in rf.function:
@@ -257,14 +262,16 @@ def finalize_config(cfg: Config) -> Config:
 
     for b in cfg.logging.backends:
         _choice(b, LOG_BACKENDS, "logging.backends")
-    _choice(cfg.logging.wandb_mode, ("online", "offline", "disabled"), "logging.wandb_mode")
+    _choice(cfg.logging.wandb_mode, ("auto", "online", "offline", "disabled"), "logging.wandb_mode")
     _at_least(cfg.logging.log_every, 1, "logging.log_every")
+    _at_least(cfg.logging.val_samples, 0, "logging.val_samples")
 
     ck = cfg.checkpoint
     _at_least(ck.save_actor_every, 0, "checkpoint.save_actor_every")
     _at_least(ck.save_full_every, 0, "checkpoint.save_full_every")
     _at_least(ck.keep_last, 1, "checkpoint.keep_last")
     _choice(ck.save_mode, ("actor", "full", "lora"), "checkpoint.save_mode")
+    _positive(ck.stop_grace_s, "checkpoint.stop_grace_s")
     if ck.save_mode == "lora" and m.lora.rank == 0:
         raise ConfigError("checkpoint.save_mode: 'lora' needs model.lora.rank > 0")
     if ck.save_dir is None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert")  # bert: an encoder (a critic with its own tokenizer)
-TINY_VERSION = 3  # bump when the build changes, so stale caches are not reused
+TINY_VERSION = 4  # bump when the build changes, so stale caches are not reused
 
 # Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
 # and plain English, so that common words are single tokens and outputs are readable.
@@ -31,6 +32,8 @@ one two three four five six seven eight nine ten hundred thousand plus minus tim
 Hello, how are you today? I am fine, thank you. Please describe your favourite food.
 Summarize the following text. Translate to French. Give three reasons why exercise helps.
 user assistant system You are a helpful assistant.
+What do you love? I love reinforcement learning. What do you like? I like the sea.
+How are you? I am fine. What do you think? I think the policy improves. Who are you? I am a little robot.
 """
 
 _CHAT_TEMPLATE = (
@@ -112,7 +115,10 @@ def _pretrain(model, tokenizer, steps: int, seed: int) -> None:
     English-looking text and RL has something to shape (a random model samples noise)."""
     import torch
 
-    text = " ".join(line.strip() for line in _CORPUS.strip().splitlines())
+    lines = [line.strip() for line in _CORPUS.strip().splitlines()]
+    # The corpus twice, with a leading space: every sentence, the first one included, is then
+    # seen after others with the space it has mid-text (" I love ..."), as continuations are.
+    text = " " + " ".join(lines + lines)
     ids = torch.tensor(tokenizer(text)["input_ids"])
     block = 64
     gen = torch.Generator().manual_seed(seed)
@@ -169,6 +175,9 @@ def tiny_model_path(arch: str) -> str:
         return final
     os.makedirs(os.path.dirname(final), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{arch}-", dir=os.path.dirname(final))
+    # The one silent phase of a first run (tokenizer training + a short pretraining): say so.
+    print(f"building the tiny model tiny:{arch} once (a few seconds to a minute on a CPU; cached in {final})",
+          file=sys.stderr, flush=True)
     build_tiny_model(arch, tmp)
     with open(os.path.join(tmp, "verl_tiny.json"), "w") as fh:
         json.dump({"arch": arch}, fh)

@@ -214,9 +214,16 @@ def build_number(cfg: RewardFnConfig) -> RewardFn:
     return per_sample(number)
 
 
+# What may follow the final '#### <number>': closing punctuation, quotes, markup, end-of-turn text.
+_AFTER_FINAL_NUMBER = re.compile(r"[\s.,;:!?)\]}*_`'\"]*")
+
+
 def has_final_answer(response: str) -> bool:
-    """True if the response ends its reasoning with '#### <number>' or a non-empty \\boxed{...}."""
-    if extract_gsm8k_answer(response, strict=True) is not None:
+    """True if the response ends its reasoning with '#### <number>' (only punctuation may follow the
+    number: '#### 3 + 7 = 10' puts an expression, not the answer, after the mark, and the gsm8k
+    scorer would read 3) or holds a non-empty \\boxed{...}."""
+    matches = list(_HASH_RE.finditer(response or ""))
+    if matches and _AFTER_FINAL_NUMBER.fullmatch(response[matches[-1].end():]):
         return True
     boxed = extract_boxed(response)
     return bool(boxed and boxed.strip())

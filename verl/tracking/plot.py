@@ -27,19 +27,22 @@ PANELS = (  # (title, canonical key)
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """All JSON objects in a .jsonl file ([] if missing); a torn last line (crashed run) is skipped."""
+    """All JSON objects in a .jsonl file ([] if missing); a torn last line (crashed run) or a
+    line that is not an object is skipped, and so is a line with bytes that are not UTF-8."""
     if not os.path.exists(path):
         return []
     rows = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             line = line.strip()
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
