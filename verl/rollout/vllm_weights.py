@@ -1,0 +1,54 @@
+"""Helpers that move an actor's weights into a vLLM engine, shared by the local and Ray rollouts.
+
+    path = export_hf_folder(model, tokenizer)        # a folder vLLM can load (GGUF, hub names)
+    llm.collective_rpc(repack_cpu_shared_weights)    # after an in-place reload on the CPU backend
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from verl.rollout.hf_weights import hf_named_weights
+
+
+def repack_cpu_shared_weights(worker) -> int:
+    """Rebuild the CPU GEMM kernels of layers that keep their weight (runs inside the worker).
+
+    vLLM's CPU backend packs each linear weight into a kernel handle after loading. The
+    in-place reload re-packs every layer it loads, but a tied LM head (tie_word_embeddings:
+    lm_head shares embed_tokens' tensor) is never loaded by name, so its handle would keep
+    the old weights: generations from a stale head, which the log-prob diff exposes. Layers
+    that kept their weight tensor (embedding-backed heads) are re-packed here from it.
+    """
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    count = 0
+    for module in worker.model_runner.get_model().modules():
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.numel() > 0:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            count += 1
+    return count
+
+
+def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
+    """Write a loadable HF folder (config + weights + tokenizer) for models vLLM cannot read
+    directly (GGUF files, hub names); the weights are synced in memory right after anyway."""
+    import copy
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    out = tempfile.mkdtemp(prefix="verl-vllm-")
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    config = copy.deepcopy(base.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # GGUF: the weights written below are dequantised
+    config.architectures = [type(base).__name__]
+    config.save_pretrained(out)
+    save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
+    tokenizer.save_pretrained(out)
+    return out
