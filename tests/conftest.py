@@ -27,6 +27,18 @@ def pytest_configure(config):
     torch.set_num_threads(TEST_THREADS)  # in case torch was imported before this file
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a CUDA device: skipped, with that reason, where there is none."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200: pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt2() -> str:
     from verl.models.tiny import tiny_model_path
