@@ -14,9 +14,9 @@ import time
 import pytest
 import torch
 
-from verl.trainer.checkpoint import CheckpointError, CheckpointManager, verify_checkpoint
-from verl.trainer.durable_files import load_torch, save_torch
-from verl.trainer.rng_state import capture_rng, restore_rng
+from verl.checkpoint.manager import CheckpointError, CheckpointManager, verify_checkpoint
+from verl.checkpoint.durable_files import load_torch, save_torch
+from verl.checkpoint.rng_state import capture_rng, restore_rng
 
 
 def _writer(value: float, n: int = 3):
@@ -69,7 +69,7 @@ def test_write_failing_halfway_keeps_previous(tmp_path):
 
 
 def test_failure_while_writing_pointer_keeps_previous(tmp_path, monkeypatch):
-    import verl.trainer.checkpoint as ck
+    import verl.checkpoint.manager as ck
 
     mgr = CheckpointManager(str(tmp_path))
     good = mgr.save(1, "full", _writer(1.0))
@@ -91,8 +91,8 @@ def test_failure_while_writing_pointer_keeps_previous(tmp_path, monkeypatch):
 
 CHILD = textwrap.dedent("""
     import os, sys, time, torch
-    from verl.trainer.checkpoint import CheckpointManager
-    from verl.trainer.durable_files import save_torch
+    from verl.checkpoint.manager import CheckpointManager
+    from verl.checkpoint.durable_files import save_torch
     mgr = CheckpointManager(sys.argv[1], keep_last=3)
     mode = sys.argv[2]
     def small(step):
@@ -243,7 +243,7 @@ def test_newest_means_saved_last(tmp_path):
 
 
 def test_atomic_write_leaves_no_temp_file_on_error(tmp_path, monkeypatch):
-    from verl.trainer import durable_files
+    from verl.checkpoint import durable_files
 
     target = tmp_path / "latest"
     target.write_text("step_000001\n")
@@ -262,7 +262,7 @@ def test_stale_temps_are_removed_and_reported(tmp_path):
     """What crashed saves leave (`.tmp-save-PID/` in save_dir, `.tmp-step_N-PID/` and
     `latest.tmp-PID` in checkpoints/, `run_state.json.tmp-PID`) is removed by the next run
     in the folder; other files stay."""
-    from verl.trainer.run_folder import clean_stale_temps
+    from verl.checkpoint.run_folder import clean_stale_temps
 
     mgr = CheckpointManager(str(tmp_path))
     good = mgr.save(1, "full", _writer(1.0))

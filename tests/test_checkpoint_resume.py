@@ -81,7 +81,7 @@ def test_cadence_and_actor_only_checkpoints(full_run):
     actor checkpoint is a Hugging Face folder (safetensors + tokenizer) that loads as-is."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.trainer.checkpoint import CheckpointManager, read_manifest
+    from verl.checkpoint.manager import CheckpointManager, read_manifest
 
     mgr = CheckpointManager(full_run["dir"])
     kinds = {step: read_manifest(path)["kind"] for step, path in mgr.list()}
@@ -123,7 +123,7 @@ def test_changed_config_is_refused_unless_forced(full_run):
     ckpt = os.path.join(full_run["dir"], "checkpoints", "step_000002")
     cfg = _config(full_run["tmp"], "c", **{"checkpoint.resume": ckpt, "training.lr": 0.5, "rollout.n": 2,
                                           "training.total_steps": 8})
-    from verl.trainer.resume import resolve_resume
+    from verl.checkpoint.resume import resolve_resume
 
     with pytest.raises(ConfigError) as err:
         resolve_resume(cfg)
@@ -137,8 +137,8 @@ def test_changed_config_is_refused_unless_forced(full_run):
 
 
 def test_resume_rejects_missing_and_actor_only(tmp_path, full_run):
-    from verl.trainer.checkpoint import CheckpointManager
-    from verl.trainer.resume import resolve_resume
+    from verl.checkpoint.manager import CheckpointManager
+    from verl.checkpoint.resume import resolve_resume
 
     cfg = _config(tmp_path, "d", **{"checkpoint.resume": str(tmp_path / "nope")})
     with pytest.raises(ConfigError, match="does not exist"):
@@ -158,7 +158,7 @@ def test_logs_continue_without_duplicates_and_fresh_start_moves_old_run(tmp_path
     """Resuming from step 2 drops the rows logged after it. A new run over an earlier one is
     refused unless allowed (--overwrite); then each earlier run moves to its own numbered
     previous_run_N/ and nothing is deleted (a third run keeps the first one's files)."""
-    from verl.trainer.resume import ResumePoint, prepare_run_dir
+    from verl.checkpoint.resume import ResumePoint, prepare_run_dir
 
     run = tmp_path / "run"
     run.mkdir()
@@ -186,9 +186,9 @@ def test_every_checkpoint_corrupted_is_named_in_the_last_line(tmp_path):
     """--resume auto when no full checkpoint verifies: the one-line error names each corrupted
     file (not "saved no full state"), whether the run had finished (and total_steps was raised)
     or not; the checkpoints are left as they are."""
-    from verl.trainer.checkpoint import CheckpointManager
-    from verl.trainer.resume import resolve_resume
-    from verl.trainer.run_folder import write_run_state
+    from verl.checkpoint.manager import CheckpointManager
+    from verl.checkpoint.resume import resolve_resume
+    from verl.checkpoint.run_folder import write_run_state
 
     run = tmp_path / "run"
     mgr = CheckpointManager(str(run), keep_last=5)
@@ -230,7 +230,7 @@ def test_lora_adapters_and_merged_actor(tmp_path, tiny_gpt2):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.trainer.model_files import load_module_weights, save_hf_model, save_lora_adapters
+    from verl.checkpoint.model_files import load_module_weights, save_hf_model, save_lora_adapters
 
     tok = AutoTokenizer.from_pretrained(tiny_gpt2)
     model = _peft_gpt2(tiny_gpt2)

@@ -136,7 +136,7 @@ def test_two_fsdp_workers_match_the_single_process_run(runs):
 
 def test_sharded_full_checkpoint_resumes_exactly(runs):
     from verl.distributed.checkpoint import restore_full_state, write_full_state
-    from verl.trainer.checkpoint import CheckpointManager
+    from verl.checkpoint.manager import CheckpointManager
 
     dp, tmp = runs["dp"], runs["tmp"]
     path = CheckpointManager(str(tmp / "dp-ckpts")).save(dp.global_step, "full",

@@ -20,7 +20,7 @@ from verl.data.sources import DataError
 from verl.rewards import RewardError, build_reward_manager
 from verl.rewards.callables import reward_components, signature_style
 from verl.trainer.inputs import attach_inputs
-from verl.trainer.resume import config_differences
+from verl.checkpoint.resume import config_differences
 
 SMALL = dict(training={"total_steps": 1, "batch_size": 2, "micro_batch_size": 2},
              rollout={"n": 2, "max_new_tokens": 8}, logging={"backends": ["jsonl"], "progress_bar": False},

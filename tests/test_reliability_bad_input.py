@@ -64,7 +64,7 @@ def _cases(tmp):
 def _checkpoint_with_config(tmp, overrides) -> str:
     """A (stub) full checkpoint whose saved config has the given overrides."""
     from verl.config import load_config
-    from verl.trainer.checkpoint import CheckpointManager
+    from verl.checkpoint.manager import CheckpointManager
 
     config = load_config(None, overrides).to_dict()
 

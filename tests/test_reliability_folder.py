@@ -80,7 +80,7 @@ def test_second_run_on_a_busy_folder_is_refused_at_once(tmp_path, tiny_gpt2):
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from verl.trainer.run_lock import hold_run_folder
+    from verl.checkpoint.run_lock import hold_run_folder
     hold_run_folder(sys.argv[1])
     print("held", flush=True)
     time.sleep(300)
@@ -89,7 +89,7 @@ HOLDER = textwrap.dedent("""
 
 def test_lock_of_a_killed_run_is_not_stale(tmp_path):
     """The lock is the kernel's (flock): a holder killed with SIGKILL leaves no stale lock."""
-    from verl.trainer.run_lock import RunLock, hold_run_folder
+    from verl.checkpoint.run_lock import RunLock, hold_run_folder
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -172,7 +172,7 @@ def test_save_dir_that_cannot_work_is_refused_before_the_model_loads(tmp_path):
     checkpoint.save_dir, exit 2, before any model loads (model.name points nowhere, so a run that
     got that far would name the model instead). resolve_resume, which the CLI and the Trainer
     call before anything else, does the check; one case goes through the CLI for the exit code."""
-    from verl.trainer.resume import resolve_resume
+    from verl.checkpoint.resume import resolve_resume
 
     (tmp_path / "a_file").write_text("not a folder")
     cases = {str(tmp_path / "a_file"): "is a file",

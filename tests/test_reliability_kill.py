@@ -3,7 +3,7 @@ everything saved is recovered, and the result equals an uninterrupted run.
 
 Each run is a child forked from this (already warmed-up) process that runs `verl.cli.main`;
 VERL_TEST_KILL_AT=<point>:<n> makes the child SIGKILL itself the n-th time it reaches <point>
-(verl.trainer.durable_files.test_kill_point; the points are listed in docs/reliability.md).
+(verl.checkpoint.durable_files.test_kill_point; the points are listed in docs/reliability.md).
 Forking skips the interpreter start and imports, so 16 kill points take about 30 s on 2 cores.
 """
 
@@ -114,7 +114,7 @@ def _state_files(run_dir):
     """The final actor and everything in the last full checkpoint, as tensors and values."""
     from safetensors.torch import load_file
 
-    from verl.trainer.durable_files import load_torch
+    from verl.checkpoint.durable_files import load_torch
 
     ckpt = os.path.join(run_dir, "checkpoints", f"step_{STEPS:06d}")
     out = {"final": load_file(os.path.join(run_dir, "model.safetensors")),
@@ -154,7 +154,7 @@ def reference(tmp_path_factory, tiny_gpt2):
 
 
 def _leftovers(run_dir):
-    from verl.trainer.checkpoint import temp_owner
+    from verl.checkpoint.manager import temp_owner
 
     return [os.path.join(root, n) for root, dirs, files in os.walk(run_dir) for n in dirs + files
             if temp_owner(n) is not None]
@@ -164,7 +164,7 @@ def _leftovers(run_dir):
 def test_kill_then_resume_recovers_everything(reference, tmp_path, point, nth):
     from transformers import AutoModelForCausalLM
 
-    from verl.trainer.run_folder import final_save_problem, read_run_state
+    from verl.checkpoint.run_folder import final_save_problem, read_run_state
 
     run = tmp_path / "run"
     code = _fork_cli(_args(tmp_path, run), tmp_path / "killed.log", kill_at=f"{point}:{nth}")

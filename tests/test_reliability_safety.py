@@ -58,7 +58,7 @@ def test_api_key_never_written_anywhere(tmp_path, tiny_gpt2, monkeypatch, capsys
     assert "VERL_TEST_REWARD_KEY" in (out / "config.yaml").read_text()  # the variable's name, not its value
     # Weights only as safetensors; other state as torch files that load with weights_only=True.
     assert not [f for f in files if f.endswith((".bin", ".pkl", ".pickle"))]
-    from verl.trainer.durable_files import load_torch
+    from verl.checkpoint.durable_files import load_torch
 
     for path in files:
         if path.endswith(".pt"):

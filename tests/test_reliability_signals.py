@@ -53,7 +53,7 @@ def test_sigterm_saves_full_state_then_resume_completes(tmp_path, tiny_gpt2):
 
 CHILD = textwrap.dedent("""
     import time
-    from verl.trainer.signals import GracefulStop, stop_requested
+    from verl.signals import GracefulStop, stop_requested
     with GracefulStop():
         print("ready", flush=True)
         while not stop_requested():

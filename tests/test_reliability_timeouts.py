@@ -140,7 +140,7 @@ def test_api_call_is_bounded_even_when_the_server_trickles():
 
 def test_stop_request_ends_the_run_before_the_next_model_load(tiny_gpt2):
     from verl.models.loading import load_tokenizer
-    from verl.trainer.signals import GracefulStop, StopTraining, request_stop
+    from verl.signals import GracefulStop, StopTraining, request_stop
 
     with GracefulStop():
         request_stop("SIGTERM")
@@ -154,7 +154,7 @@ def test_stop_request_ends_the_run_before_the_next_model_load(tiny_gpt2):
 
 STUCK_IN_C = textwrap.dedent("""
     import ctypes, time
-    from verl.trainer.signals import GracefulStop
+    from verl.signals import GracefulStop
     with GracefulStop(grace_s=1.0):
         print("ready", flush=True)
         # glibc's system() retries waitpid on EINTR: the main thread never returns to Python,
@@ -165,7 +165,7 @@ STUCK_IN_C = textwrap.dedent("""
 
 SAVE_AT_DEADLINE = textwrap.dedent("""
     import time
-    from verl.trainer.signals import GracefulStop, checkpoint_write, note_checkpoint
+    from verl.signals import GracefulStop, checkpoint_write, note_checkpoint
     with GracefulStop(grace_s=1.0):
         note_checkpoint("/ckpt/step_000001")
         print("ready", flush=True)

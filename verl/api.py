@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from verl.config import Config, ConfigError, config_from_dict, read_yaml, resolve_relative_paths
+from verl.config import Config, config_from_dict, read_yaml, resolve_relative_paths
+from verl.errors import ConfigError
 from verl.trainer.trainer import Trainer as _Trainer
 
 

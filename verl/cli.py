@@ -13,7 +13,7 @@ Flags are spelled --snake_case (the seed's --save_dir); --kebab-case works too (
 Bad input gives one line on stderr and exit code 2; `--debug` shows the traceback.
 SIGINT/SIGTERM during `verl train` stop within checkpoint.stop_grace_s: the last completed step's
 full state is saved and the exit code is 0; past the limit (or on a second signal) the exit is
-forced with 128 + the signal number (verl/trainer/signals.py). Divergence (NaN/Inf) and
+forced with 128 + the signal number (verl/signals.py). Divergence (NaN/Inf) and
 out-of-memory exit 1.
 """
 
@@ -24,24 +24,7 @@ import importlib
 import os
 import sys
 
-
-
-def _user_errors() -> tuple:
-    from verl.config import ConfigError
-
-    errors = [ConfigError, FileNotFoundError]
-    # An error class whose module was never imported cannot have been raised; skipping it keeps
-    # a config typo from importing torch just to print one line.
-    for module, name in (("verl.data.sources", "DataError"), ("verl.rewards.base", "RewardError")):
-        if module in sys.modules:
-            errors.append(getattr(sys.modules[module], name))
-    return tuple(errors)
-
-
-OOM_HINT = ("out of memory. Knobs, cheapest first: training.micro_batch_size (smaller), "
-            "model.enable_gradient_checkpointing: true, training.use_packed_samples: true, "
-            "training.max_tokens_per_micro_batch, rollout.gpu_memory_utilization (lower), rollout.max_num_seqs "
-            "(lower), training.offload_optimizer: true, model.lora.rank > 0")
+from verl.trainer.launch import OOM_HINT, run_guarded, run_training  # light: torch loads only to train
 
 
 def _train(args) -> int:
@@ -61,33 +44,6 @@ def _train(args) -> int:
     if args.overwrite:
         overrides.append("checkpoint.overwrite=true")
     return run_training(args.config, overrides)
-
-
-def run_training(config_path: str | None, overrides: list[str]) -> int:
-    """Load the config, settle where the run starts, train under the graceful-stop handlers.
-    The one training path of `verl train` and `python3 -m verl.trainer.main_ppo`; call it inside
-    run_guarded for the CLI's exit codes."""
-    from verl.config import load_config
-
-    config = load_config(config_path, overrides)  # config errors answer before torch is imported
-    from verl.trainer import create_trainer
-    from verl.trainer.resume import resolve_resume
-    from verl.trainer.signals import GracefulStop, StopTraining
-
-    point = resolve_resume(config)  # before loading any model: a finished run or a bad resume answers at once
-    if point.finished:
-        print(point.note)
-        return 0
-    with GracefulStop(config.checkpoint.stop_grace_s):  # a stop takes at most stop_grace_s (signals.py)
-        try:
-            trainer = create_trainer(config)  # a stop while models load ends here too (nothing to save)
-            metrics = trainer.train()
-        except StopTraining as stop:
-            print(str(stop))
-            return 0
-    if metrics:
-        print(f"final: reward={metrics['reward']:.4f} kl={metrics['kl']:.4f}; outputs in {trainer.output_dir}")
-    return 0
 
 
 # The subcommands besides `train`: name -> (module, help line). A module provides
@@ -211,49 +167,6 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.insert(0, args.config)  # `verl train a.b=1` with no config file
         args.config = None
     return run_guarded(lambda: _train(args), args.debug)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
-
-
-def _print_error(message) -> None:
-    """One line on stderr, with the secrets this process knows hidden (verl/redact.py)."""
-    from verl.redact import redact
-
-    print(f"error: {redact(str(message))}", file=sys.stderr)
-
-
-def run_guarded(fn, debug: bool) -> int:
-    """User mistakes -> one line, exit 2; divergence/OOM -> one line, exit 1."""
-    if debug:
-        return fn()
-    try:
-        return fn()
-    except _user_errors() as exc:
-        _print_error(exc)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - turned into one line, traceback with --debug
-        from verl.trainer.checkpoint import CheckpointError
-        from verl.trainer.errors import TrainingDiverged
-
-        if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
-            _print_error(exc)
-            return 2
-        if isinstance(exc, TrainingDiverged):
-            _print_error(exc)
-            return 1
-        if _is_oom(exc):
-            _print_error(OOM_HINT)
-            return 1
-        _print_error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-                     "(run with --debug for the traceback)")
-        return 1
 
 
 if __name__ == "__main__":

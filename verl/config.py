@@ -23,8 +23,7 @@ from typing import Any, Optional
 import yaml
 
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the key and what is allowed."""
+from verl.errors import ConfigError  # noqa: E402  (re-exported: verl.config.ConfigError)
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -269,7 +268,7 @@ class CheckpointConfig:
     resume: str = "none"  # none | auto | PATH
     resume_force: bool = False  # resume even if the config changed in ways that change training
     overwrite: bool = False  # a new run where an earlier one is: move that one to previous_run_N/ (else refused)
-    stop_grace_s: float = 20.0  # SIGINT/SIGTERM: the longest a stop may take before a forced exit (verl/trainer/signals.py)
+    stop_grace_s: float = 20.0  # SIGINT/SIGTERM: the longest a stop may take before a forced exit (verl/signals.py)
 
 
 @dataclass

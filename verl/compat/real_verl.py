@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 
 NO_DEFAULT = object()
 MANUAL = "docs/real_verl.md"

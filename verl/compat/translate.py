@@ -29,7 +29,8 @@ import yaml
 
 from verl.compat.real_verl import (ARR, MANUAL, NO_DEFAULT, REAL_SECTIONS, TABLE, RealKey, largest_divisor_at_most,
                                    lookup, same_value, steps_from_epochs)
-from verl.config import Config, ConfigError
+from verl.config import Config
+from verl.errors import ConfigError
 
 # real verl's default_compute_score by data_source -> our reward_fn keys (real's gsm8k scorer is strict:
 # only "#### n" counts; wrong or missing answers score 0)

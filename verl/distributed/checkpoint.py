@@ -1,5 +1,5 @@
 """Full-state checkpoints of a distributed run (the counterparts of
-verl.trainer.resume.write_full_state / restore_full_state for `distributed.backend: ray`).
+verl.checkpoint.resume.write_full_state / restore_full_state for `distributed.backend: ray`).
 
 Layout of a full checkpoint folder (inside CheckpointManager's atomic temp folder):
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 
-from verl.trainer.checkpoint import CheckpointError, read_manifest
-from verl.trainer.durable_files import atomic_write_json, load_torch, save_torch
-from verl.trainer.rng_state import capture_rng, restore_rng
+from verl.checkpoint.manager import CheckpointError, read_manifest
+from verl.checkpoint.durable_files import atomic_write_json, load_torch, save_torch
+from verl.checkpoint.rng_state import capture_rng, restore_rng
 
 
 def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
-    from verl.trainer.resume import trainer_state, write_actor
+    from verl.checkpoint.resume import trainer_state, write_actor
 
     write_actor(trainer, folder)  # gathers the weights into the driver's copy first
     trainer.actor.save_checkpoint(os.path.join(folder, "shards", "actor"))
@@ -39,7 +39,7 @@ def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
 
 
 def restore_full_state(trainer, path: str) -> dict:
-    from verl.trainer.resume import read_trainer_state
+    from verl.checkpoint.resume import read_trainer_state
 
     manifest = read_manifest(path)
     if manifest.get("kind") != "full":

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 from verl.distributed.worker_group import DistributedError, ResourcePool, WorkerGroup, connect
 
 _LIVE: list["DistributedWorkers"] = []

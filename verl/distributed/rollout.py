@@ -118,7 +118,7 @@ class ReplicatedRollout(RolloutEngine):
 def replica_layout(world_size: int, tp: int) -> list[int]:
     """Actor rank that leads (and shares a bundle with) each replica."""
     if tp < 1 or world_size % tp:
-        from verl.config import ConfigError
+        from verl.errors import ConfigError
 
         raise ConfigError(f"rollout.tensor_model_parallel_size: {tp} must divide the {world_size} devices "
                           "(distributed.nnodes x distributed.devices_per_node)")

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 from verl.models.tiny import resolve_model_name
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -64,7 +64,7 @@ _path_or_hub = model_path  # the older name, used by the critic
 
 def _stop_before_loading(key: str, name: str) -> None:
     """A stop request that came while earlier models loaded ends the run before the next load."""
-    from verl.trainer.signals import StopTraining, stop_requested
+    from verl.signals import StopTraining, stop_requested
 
     if stop_requested():
         raise StopTraining(f"stopped by {stop_requested()} while loading the models (before {key} '{name}'); "
@@ -97,7 +97,7 @@ def load_tokenizer(name: str, key: str = "model.name", trust_remote_code: bool =
                    trust_key: str | None = None):
     """Tokenizer with a pad token (EOS when it has none) and left padding for generation.
     `trust_key`: the config key of `trust_remote_code` (default: the section of `key`'s)."""
-    from verl.trainer.signals import phase
+    from verl.signals import phase
 
     _stop_before_loading(key, name)
     path = model_path(name, key)  # before importing transformers: a hub name without a hub fails in a second
@@ -143,7 +143,7 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
     model that will run on `device_type`."""
     from transformers import AutoModelForCausalLM
 
-    from verl.trainer.signals import phase
+    from verl.signals import phase
 
     name = name or model_cfg.name
     _stop_before_loading(key, name)

@@ -42,7 +42,7 @@ def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ImportError("model.lora.rank > 0 needs peft (pip install peft)") from exc
-    from verl.config import ConfigError
+    from verl.errors import ConfigError
 
     cfg = LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                      target_modules=_target_modules(lora_cfg.target_modules), bias="none", task_type="CAUSAL_LM")

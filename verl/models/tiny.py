@@ -197,7 +197,7 @@ def resolve_model_name(name: str) -> str:
 
     if name in KNOWN_MODELS:
         if not is_fetched(name):
-            from verl.config import ConfigError
+            from verl.errors import ConfigError
 
             raise ConfigError(f"model '{name}' is not on this machine yet; run: verl models fetch {name}")
         return model_dir(name)

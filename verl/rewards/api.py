@@ -33,7 +33,8 @@ import time
 import urllib.error
 import urllib.request
 
-from verl.config import ConfigError, RewardFnConfig
+from verl.config import RewardFnConfig
+from verl.errors import ConfigError
 from verl.redact import redact, register_secret
 from verl.rewards.base import RewardError, RewardFn, SampleError, short
 from verl.rewards.deadline import CallBudget, request_timeout_s

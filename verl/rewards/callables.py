@@ -25,7 +25,7 @@ import functools
 import inspect
 from typing import Any, Callable, Optional
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 from verl.rewards.base import RewardError, RewardFn
 
 # Metric names the trainer writes itself under reward/ (a component of that name would overwrite them)

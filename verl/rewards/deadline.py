@@ -14,7 +14,7 @@ handlers, e.g. signal-based timeouts inside a math checker) can opt out with
 `reward_fn.timeout_s: 0`: it is then called directly, with no limit.
 
 While waiting, the caller also watches for a stop request (SIGINT/SIGTERM, see
-verl/trainer/signals.py): a call still running checkpoint.stop_grace_s / 2 after the signal is
+verl/signals.py): a call still running checkpoint.stop_grace_s / 2 after the signal is
 abandoned with `Interrupted`, so a hung reward function never holds a stop up.
 
 One budget covers everything a component does for one batch: the batch call and, when that
@@ -68,7 +68,7 @@ class CallBudget:
 
     def call(self, fn: Callable, *args):
         """fn(*args), or CallTimeout when the budget runs out first."""
-        from verl.trainer.signals import Interrupted, stop_overdue
+        from verl.signals import Interrupted, stop_overdue
 
         where = f"the reward call {self.label}"
         if self.deadline is None:

@@ -147,7 +147,7 @@ class HFRewardModel:
 
 
 def build_huggingface_rm(cfg: RewardFnConfig) -> RewardFn:
-    from verl.config import ConfigError
+    from verl.errors import ConfigError
 
     if not cfg.model_name:
         raise ConfigError("reward_fn.model_name: required for type huggingface_rm")

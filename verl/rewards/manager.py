@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 import torch
 
-from verl.config import ConfigError, RewardFnConfig
+from verl.config import RewardFnConfig
+from verl.errors import ConfigError
 from verl.rewards.base import RewardError, RewardFn, SampleError, short
 from verl.rewards.deadline import CallBudget, CallTimeout, call_limit
 from verl.rewards.registry import REWARD_TYPES, get_builder

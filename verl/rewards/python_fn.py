@@ -14,7 +14,8 @@ import importlib
 import importlib.util
 import os
 
-from verl.config import ConfigError, RewardFnConfig
+from verl.config import RewardFnConfig
+from verl.errors import ConfigError
 from verl.rewards.base import RewardFn
 
 _CACHE: dict[str, RewardFn] = {}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import difflib
 
-from verl.config import ConfigError, RewardFnConfig
+from verl.config import RewardFnConfig
+from verl.errors import ConfigError
 from verl.rewards.base import RewardFn, per_sample
 
 

@@ -1,6 +1,6 @@
 """Errors the CLI turns into one-line messages (exit code 2 for bad input, 1 for runtime)."""
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 
 
 class TrainingDiverged(RuntimeError):

@@ -6,8 +6,8 @@ Kept apart from `Trainer.step()` so the step body is only the algorithm.
 Around each step (after_step): log -> non-finite guard (stop after training.max_bad_steps
 bad steps in a row) -> periodic checkpoint (checkpoint.save_full_every / save_actor_every)
 -> final save at training.total_steps, or a full save and `StopTraining` when SIGINT/SIGTERM
-asked for a stop (see verl/trainer/signals.py). At construction the run resumes from
-`checkpoint.resume` (see verl/trainer/resume.py). Guarantees: docs/reliability.md.
+asked for a stop (see verl/signals.py). At construction the run resumes from
+`checkpoint.resume` (see verl/checkpoint/resume.py). Guarantees: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import os
 
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
-from verl.trainer.checkpoint import CheckpointError, CheckpointManager
-from verl.trainer.durable_files import test_kill_point
-from verl.trainer.model_files import (check_lora_model, is_peft_model, load_module_weights, save_lora_adapters,
+from verl.checkpoint.manager import CheckpointError, CheckpointManager
+from verl.checkpoint.durable_files import test_kill_point
+from verl.checkpoint.model_files import (check_lora_model, is_peft_model, load_module_weights, save_lora_adapters,
                                       save_model_folder, save_pretrained_into)
-from verl.trainer.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
+from verl.checkpoint.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
                                  write_run_state)
-from verl.trainer.run_folder import file_records
-from verl.trainer.run_lock import hold_run_folder
-from verl.trainer.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpoint_write, note_checkpoint,
+from verl.checkpoint.run_folder import file_records
+from verl.checkpoint.run_lock import hold_run_folder
+from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpoint_write, note_checkpoint,
                                   stop_requested)
 
 
@@ -43,7 +43,7 @@ class RunHooks:
         prepare_run_dir(trainer.output_dir, self.resume_point, warn=self._say)
         self.checkpoints = CheckpointManager(trainer.output_dir, cfg.checkpoint.keep_last)
         if cfg.checkpoint.save_mode == "lora" and not is_peft_model(trainer.actor.model):
-            from verl.config import ConfigError
+            from verl.errors import ConfigError
 
             raise ConfigError("checkpoint.save_mode: 'lora' (--save_lora) needs a LoRA actor (model.lora.rank > 0); "
                               "the actor is a plain model")
@@ -234,7 +234,7 @@ class RunHooks:
 
     def stop_mid_step(self, exc: Interrupted) -> None:
         """A stop request cut the step in progress short in one of its waits (generation's reward
-        scoring, see verl/trainer/signals.py), before its update: the weights, optimizers and counters
+        scoring, see verl/signals.py), before its update: the weights, optimizers and counters
         are still those of the last completed step. Rewind the prompt loader to where the step began,
         save that state (unless it is already on disk) and raise StopTraining."""
         t = self.trainer
@@ -272,7 +272,7 @@ class RunHooks:
         else:
             def write(folder):
                 save_pretrained_into(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
-        with checkpoint_write():  # a forced stop lets a checkpoint being written finish (verl/trainer/signals.py)
+        with checkpoint_write():  # a forced stop lets a checkpoint being written finish (verl/signals.py)
             path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
             note_checkpoint(path)
         if kind == "full":

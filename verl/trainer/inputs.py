@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from verl.config import Config, ConfigError, RewardFnConfig, config_from_dict
+from verl.config import Config, RewardFnConfig, config_from_dict
+from verl.errors import ConfigError
 from verl.rewards.base import RewardFn
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from verl.cli import run_guarded, run_training
+from verl.trainer.launch import run_guarded, run_training
 
 
 def _main(argv: list[str]) -> int:

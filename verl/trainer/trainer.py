@@ -24,8 +24,8 @@ from verl.rewards import build_reward_manager
 from verl.rollout.base import SamplingParams
 from verl.trainer.experience import add_advantages, policy_kl, shape_scores
 from verl.trainer.inputs import attach_inputs
-from verl.trainer.resume import resolve_resume
-from verl.trainer.signals import Interrupted
+from verl.checkpoint.resume import resolve_resume
+from verl.signals import Interrupted
 from verl.trainer.timer import StageTimer
 from verl.workers.actor import Actor
 from verl.workers.critic import Critic
@@ -144,7 +144,7 @@ class Trainer:
         while self.global_step < self.config.training.total_steps and not self.hooks.finished:
             try:
                 metrics = self.step()  # stops early when training.max_minutes is spent
-            except Interrupted as exc:  # a stop request cut a wait short (verl/trainer/signals.py)
+            except Interrupted as exc:  # a stop request cut a wait short (verl/signals.py)
                 self.hooks.stop_mid_step(exc)  # saves the last completed step, raises StopTraining
         return metrics
 
@@ -246,7 +246,7 @@ class Trainer:
     # ------------------------------------------------------------------ saving
     def save_actor(self, path: str) -> str:
         """Hugging Face folder (safetensors + tokenizer) loadable by AutoModelForCausalLM and vLLM."""
-        from verl.trainer.model_files import save_hf_model
+        from verl.checkpoint.model_files import save_hf_model
 
         return save_hf_model(self.actor.model, self.tokenizer, path)
 

@@ -7,7 +7,7 @@ Metrics, per data source `src` (and `all`):
     val/<src>/pass@n   fraction of prompts with at least one sampled answer scoring >= 1
 
 A stop request (SIGINT/SIGTERM) is noticed between batches (and inside a reward call): the pass
-is abandoned with `Interrupted` (verl/trainer/signals.py); validation has no state to save.
+is abandoned with `Interrupted` (verl/signals.py); validation has no state to save.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from verl.batch import Batch
 from verl.data.prompts import PromptLoader, render_prompt, uses_chat_template
 from verl.rollout.base import SamplingParams
-from verl.trainer.signals import abandon_if_stopped, phase
+from verl.signals import abandon_if_stopped, phase
 
 CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as correct
 

@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Callable, Optional
 
-from verl.config import ConfigError
+from verl.errors import ConfigError
 
 LOCK_NAME = ".verl.lock"
 

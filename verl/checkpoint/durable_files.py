@@ -1,5 +1,5 @@
 """Durable files: writes that a crash or `kill -9` leaves either old or new, never half, plus
-checksums and weights_only torch files. The building blocks of verl.trainer.checkpoint."""
+checksums and weights_only torch files. The building blocks of verl.checkpoint.manager."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ _KILL_HITS: dict = {}  # point -> times reached in this process (test_kill_point
 def atomic_write_text(path: str, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new content, never a mix.
     An error removes the temp file; a crash leaves `<path>.tmp-<pid>`, which the next run
-    in the folder removes (verl.trainer.run_folder.clean_stale_temps)."""
+    in the folder removes (verl.checkpoint.run_folder.clean_stale_temps)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"

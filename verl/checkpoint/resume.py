@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from verl.config import ConfigError
-from verl.trainer.checkpoint import CheckpointError, CheckpointManager, read_manifest, verify_checkpoint
-from verl.trainer.durable_files import atomic_write_json, load_torch, save_torch
-from verl.trainer.model_files import load_module_weights, save_module, save_pretrained_into
-from verl.trainer.rng_state import capture_rng, restore_rng
-from verl.trainer.run_folder import (LOG_FILES, RUN_STATE, claim_run_folder, clean_stale_temps, continues_in,
+from verl.errors import ConfigError
+from verl.checkpoint.manager import CheckpointError, CheckpointManager, read_manifest, verify_checkpoint
+from verl.checkpoint.durable_files import atomic_write_json, load_torch, save_torch
+from verl.checkpoint.model_files import load_module_weights, save_module, save_pretrained_into
+from verl.checkpoint.rng_state import capture_rng, restore_rng
+from verl.checkpoint.run_folder import (LOG_FILES, RUN_STATE, claim_run_folder, clean_stale_temps, continues_in,
                                      describe_earlier_run, earlier_run_refusal, final_save_problem,
                                      prepare_run_dir, read_run_state, write_run_state)
 

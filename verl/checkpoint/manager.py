@@ -41,7 +41,7 @@ import shutil
 import time
 from typing import Callable, Optional
 
-from verl.trainer.durable_files import (CheckpointError, atomic_write_json, atomic_write_text, files_under,
+from verl.checkpoint.durable_files import (CheckpointError, atomic_write_json, atomic_write_text, files_under,
                                          fsync_path, fsync_tree, sha256_file, test_kill_point)
 
 MANIFEST = "manifest.json"

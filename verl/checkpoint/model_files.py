@@ -9,7 +9,7 @@ import shutil
 
 import torch
 
-from verl.trainer.durable_files import CheckpointError, files_under, fsync_path, fsync_tree, test_kill_point
+from verl.checkpoint.durable_files import CheckpointError, files_under, fsync_path, fsync_tree, test_kill_point
 
 
 def is_peft_model(model) -> bool:

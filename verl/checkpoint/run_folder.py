@@ -23,10 +23,10 @@ import re
 import time
 from typing import Callable, Optional
 
-from verl.config import ConfigError
-from verl.trainer.checkpoint import CheckpointManager, remove_path, temp_owner
-from verl.trainer.durable_files import atomic_write_json, atomic_write_text, fsync_path, sha256_file
-from verl.trainer.run_lock import LOCK_NAME, RunLock, hold_run_folder
+from verl.errors import ConfigError
+from verl.checkpoint.manager import CheckpointManager, remove_path, temp_owner
+from verl.checkpoint.durable_files import atomic_write_json, atomic_write_text, fsync_path, sha256_file
+from verl.checkpoint.run_lock import LOCK_NAME, RunLock, hold_run_folder
 
 RUN_STATE = "run_state.json"
 LOG_FILES = ("metrics.jsonl", "samples.jsonl", "text.jsonl")

@@ -1,0 +1,101 @@
+"""Running one training job with the CLI's guarantees, shared by `verl train` and real verl's
+`python3 -m verl.trainer.main_ppo`.
+
+    sys.exit(run_guarded(lambda: run_training("config.yaml", ["training.lr=1e-5"]), debug=False))
+
+run_training loads and checks the config before torch is imported, settles where the run starts,
+and trains under the graceful-stop handlers; run_guarded turns what goes wrong into one line and
+an exit code (bad input 2, divergence or out of memory 1; tracebacks only with debug).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _user_errors() -> tuple:
+    from verl.errors import ConfigError
+
+    errors = [ConfigError, FileNotFoundError]
+    # An error class whose module was never imported cannot have been raised; skipping it keeps
+    # a config typo from importing torch just to print one line.
+    for module, name in (("verl.data.sources", "DataError"), ("verl.rewards.base", "RewardError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
+
+
+OOM_HINT = ("out of memory. Knobs, cheapest first: training.micro_batch_size (smaller), "
+            "model.enable_gradient_checkpointing: true, training.use_packed_samples: true, "
+            "training.max_tokens_per_micro_batch, rollout.gpu_memory_utilization (lower), rollout.max_num_seqs "
+            "(lower), training.offload_optimizer: true, model.lora.rank > 0")
+
+
+def run_training(config_path: str | None, overrides: list[str]) -> int:
+    """Load the config, settle where the run starts, train under the graceful-stop handlers.
+    The one training path of `verl train` and `python3 -m verl.trainer.main_ppo`; call it inside
+    run_guarded for the CLI's exit codes."""
+    from verl.config import load_config
+
+    config = load_config(config_path, overrides)  # config errors answer before torch is imported
+    from verl.trainer import create_trainer
+    from verl.checkpoint.resume import resolve_resume
+    from verl.signals import GracefulStop, StopTraining
+
+    point = resolve_resume(config)  # before loading any model: a finished run or a bad resume answers at once
+    if point.finished:
+        print(point.note)
+        return 0
+    with GracefulStop(config.checkpoint.stop_grace_s):  # a stop takes at most stop_grace_s (signals.py)
+        try:
+            trainer = create_trainer(config)  # a stop while models load ends here too (nothing to save)
+            metrics = trainer.train()
+        except StopTraining as stop:
+            print(str(stop))
+            return 0
+    if metrics:
+        print(f"final: reward={metrics['reward']:.4f} kl={metrics['kl']:.4f}; outputs in {trainer.output_dir}")
+    return 0
+
+
+def _is_oom(exc: BaseException) -> bool:
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
+
+
+def _print_error(message) -> None:
+    """One line on stderr, with the secrets this process knows hidden (verl/redact.py)."""
+    from verl.redact import redact
+
+    print(f"error: {redact(str(message))}", file=sys.stderr)
+
+
+def run_guarded(fn, debug: bool) -> int:
+    """User mistakes -> one line, exit 2; divergence/OOM -> one line, exit 1."""
+    if debug:
+        return fn()
+    try:
+        return fn()
+    except _user_errors() as exc:
+        _print_error(exc)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - turned into one line, traceback with --debug
+        from verl.checkpoint.manager import CheckpointError
+        from verl.trainer.errors import TrainingDiverged
+
+        if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
+            _print_error(exc)
+            return 2
+        if isinstance(exc, TrainingDiverged):
+            _print_error(exc)
+            return 1
+        if _is_oom(exc):
+            _print_error(OOM_HINT)
+            return 1
+        _print_error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+                     "(run with --debug for the traceback)")
+        return 1
