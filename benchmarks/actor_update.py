@@ -114,7 +114,7 @@ def run(args) -> list[dict]:
                    tokens=n_tokens)
         actor = None
         try:
-            actor = Actor(cfg, device, model=model)
+            actor = Actor.from_config(cfg, device, model, adapt_to_memory=False)  # the variant's micro-batching
             row["packing_mode"] = actor.packing_mode
             common.reset_peak(device)
             t_fwd, (old_lp, _) = common.timed(lambda: actor.compute_log_probs(batch), device, repeats=1 + args.repeats)

@@ -58,7 +58,7 @@ def build_actor(arch, device, spec, batch_size, micro, budget, chunk, max_new):
                       dtype, chunk, grad_ckpt=spec.get("grad_ckpt", False), offload=spec.get("offload", False),
                       lora_rank=lora, max_new_tokens=max_new)
     cfg.training.offload_idle_models = spec.get("offload_idle", False)
-    return Actor(cfg, device, model=model), cfg
+    return Actor.from_config(cfg, device, model, adapt_to_memory=False), cfg  # a config fits or it does not
 
 
 def run_config(name, spec, args, device, batch) -> dict:
@@ -71,7 +71,7 @@ def run_config(name, spec, args, device, batch) -> dict:
         actor, cfg = build_actor(args.arch, device, spec, len(batch), args.micro_batch, args.budget, args.chunk,
                                  args.response_len[1])
         if spec.get("reference") or spec.get("lora"):
-            ref = Reference(cfg, device, actor.model)
+            ref = Reference.from_config(cfg, device, actor.model, adapt_to_memory=False)
             batch.ref_log_probs = ref.compute_log_probs(batch)
         batch.old_log_probs, _ = actor.compute_log_probs(batch)
         actor.update(batch)  # creates the optimizer state
@@ -152,7 +152,8 @@ def probe(args) -> dict:
         if args.mode == "lora":
             from verl.workers.reference import Reference
 
-            batch.ref_log_probs = Reference(cfg, device, actor.model).compute_log_probs(batch)
+            ref = Reference.from_config(cfg, device, actor.model, adapt_to_memory=False)
+            batch.ref_log_probs = ref.compute_log_probs(batch)
         batch.old_log_probs, _ = actor.compute_log_probs(batch)
         times, metrics = common.timed(lambda: actor.update(batch), device)
         out.update(ok=bool(metrics["actor/nonfinite_updates"] == 0), update_s=round(times[0], 2),

@@ -78,27 +78,20 @@ def capture_first_grads(monkeypatch) -> dict:
     -> the same for the critic (a separate critic, or the value head with critic.share_actor).
     Compared before Adam, whose first step ~ lr * sign(g) would blow float rounding in
     near-zero gradients up to lr-sized differences."""
-    import verl.workers.actor as actor_mod
-    import verl.workers.critic as critic_mod
-    from verl.workers.optim import guarded_joint_step, guarded_step
+    import verl.workers.update_loop as loop_mod
+    from verl.workers.optim import guarded_step
 
     captured: dict = {}
 
     def grads(params):
         return [p.grad.detach().clone() for p in params if p.grad is not None]
 
-    def critic_step(optimizer, params, grad_clip):
-        params = list(params)
-        captured.setdefault("critic", grads(params))
-        return guarded_step(optimizer, params, grad_clip)
-
-    def actor_step(pairs, grad_clip):
-        # [(actor optimizer, params)], or with critic.share_actor [actor, value head]
-        pairs = [(opt, list(params)) for opt, params in pairs]
-        for role, (_, params) in zip(("actor", "critic"), pairs):
+    def step(pairs, grad_clip):
+        # {"actor": (optimizer, params)}, {"critic": ...}, or with critic.share_actor both
+        pairs = {role: (opt, list(params)) for role, (opt, params) in pairs.items()}
+        for role, (_, params) in pairs.items():
             captured.setdefault(role, grads(params))
-        return guarded_joint_step(pairs, grad_clip)
+        return guarded_step(pairs, grad_clip)
 
-    monkeypatch.setattr(actor_mod, "guarded_joint_step", actor_step)
-    monkeypatch.setattr(critic_mod, "guarded_step", critic_step)
+    monkeypatch.setattr(loop_mod, "guarded_step", step)
     return captured

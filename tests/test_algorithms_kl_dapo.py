@@ -14,14 +14,13 @@ from verl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     apply_kl_in_reward,
-    apply_preset,
     build_kl_controller,
     dynamic_sampling_keep,
     entropy_from_logits,
     kl_penalty,
     overlong_penalty,
 )
-from verl.config import AlgorithmConfig, KLControlConfig
+from verl.config import AlgorithmConfig, KLControlConfig, apply_preset
 
 LN2 = math.log(2.0)
 

@@ -1,5 +1,7 @@
 """Critic variants: another size with the same tokenizer, and a different tokenizer (BERT-style)."""
 
+import dataclasses
+import functools
 import math
 
 import pytest
@@ -7,6 +9,7 @@ import torch
 
 from conftest import small_overrides
 from verl import create_trainer, load_config
+from verl.workers.actor import Actor
 from verl.workers.text_critic import TextCritic, map_values_to_actor_tokens, response_char_ends
 
 
@@ -151,7 +154,7 @@ def test_shared_values_are_the_head_on_the_lm_head_inputs(tmp_path, tiny_qwen2):
     # micro-batch; packed below): float32 values |V| < 1 off by a few ulps of the 64-term
     # head dot product and of the trunk (observed <= 1e-7). atol 1e-5.
     assert torch.allclose(values, manual, atol=1e-5)
-    trainer.actor.packed = True
+    trainer.actor.micro = dataclasses.replace(trainer.actor.micro, packed=True)
     from verl.workers.packing import causal_lm_trunk, prepare_packing
 
     trainer.actor.packing_mode = prepare_packing(causal_lm_trunk(model))
@@ -172,9 +175,9 @@ def test_shared_loss_is_policy_plus_vf_coef_times_value(tmp_path, monkeypatch, t
     def trunk_grads(vf_coef, attached=True):
         actor.model.zero_grad(set_to_none=True)
         trainer.critic.model.zero_grad(set_to_none=True)
-        trainer.config.critic.vf_coef = vf_coef
-        actor.value_critic = trainer.critic if attached else None
-        actor._micro_step(batch, counts)
+        actor.vf_coef = vf_coef
+        micro_loss = actor._micro_loss if attached else functools.partial(Actor._micro_loss, actor)
+        micro_loss(batch, counts).loss.backward()
         return [p.grad.clone() for p in actor.model.parameters() if p.grad is not None]
 
     g_pg, g_half, g_one = trunk_grads(0.0, attached=False), trunk_grads(0.5), trunk_grads(1.0)

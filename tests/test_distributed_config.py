@@ -21,24 +21,18 @@ def test_distributed_keys_are_checked(tmp_path):
 
 
 def test_impossible_layouts_fail_before_ray_starts(tmp_path, tiny_gpt2):
-    from verl.distributed import build_distributed_workers
-    from verl.models.loading import load_tokenizer
-
-    tok = load_tokenizer("tiny:gpt2")
+    # Refused when the config loads (verl/config/root.py), before any Ray process exists.
     # 4 sequences per mini-batch cannot feed 8 ranks.
-    cfg = load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray",
-                                                         "distributed.devices_per_node": 8}))
     with pytest.raises(ConfigError, match="training.mini_batch_size: 4 sequences cannot feed 8"):
-        build_distributed_workers(cfg, tok)
+        load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray",
+                                                       "distributed.devices_per_node": 8}))
     # Replicas on the workers are vLLM engines.
-    cfg = load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray",
-                                                         "distributed.rollout": "workers"}))
     with pytest.raises(ConfigError, match="rollout.name: vllm"):
-        build_distributed_workers(cfg, tok)
+        load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray",
+                                                       "distributed.rollout": "workers"}))
     # Single-process memory tricks that FSDP replaces are refused, not silently half-applied.
-    cfg = load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray", "model.lora.rank": 4}))
     with pytest.raises(ConfigError, match="model.lora.rank > 0: not supported with distributed.backend: ray"):
-        build_distributed_workers(cfg, tok)
+        load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray", "model.lora.rank": 4}))
     from verl.distributed.rollout import replica_layout
 
     assert replica_layout(8, 2) == [0, 2, 4, 6]

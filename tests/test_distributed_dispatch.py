@@ -4,7 +4,7 @@ import torch
 
 from verl.batch import Batch
 from verl.distributed import dispatch
-from verl.workers.micro_batches import make_micro_batches
+from verl.workers.micro_batches import MicroBatching, make_micro_batches
 
 
 def _batch(lengths, prompt=3, resp=6):
@@ -36,7 +36,7 @@ def test_balanced_partition_sizes_and_tokens():
 def test_every_rank_gets_the_same_number_of_micro_batches():
     batch = _batch([6, 1, 1, 1, 1, 6, 2])
     for mbs, budget in ((2, None), (1, None), (4, 10), (4, 12), (1, 9)):
-        index, parts = dispatch.shard_for_ranks(batch, 3, mbs, budget)
+        index, parts = dispatch.shard_for_ranks(batch, 3, MicroBatching(mbs, budget))
         counts = {len(make_micro_batches(p, mbs, budget)) for p in parts}
         assert len(counts) == 1, (mbs, budget, counts)
         for ix, p in zip(index, parts):
@@ -47,7 +47,7 @@ def test_every_rank_gets_the_same_number_of_micro_batches():
 
 def test_gather_rows_restores_order_and_drops_dummies():
     batch = _batch([6, 1, 3, 2, 5])
-    index, parts = dispatch.shard_for_ranks(batch, 2, 2, None)
+    index, parts = dispatch.shard_for_ranks(batch, 2, MicroBatching(2))
     results = [(p.old_log_probs * 2, p.old_log_probs[:, :2]) for p in parts]
     out = dispatch.gather_rows(index, results, len(batch))
     assert torch.equal(out[0], batch.old_log_probs * 2)
@@ -56,7 +56,7 @@ def test_gather_rows_restores_order_and_drops_dummies():
 
 def test_rank_shares_cover_the_mini_batch_once():
     batch = _batch([6, 1, 3, 2, 5, 4])
-    shares = [dispatch.rank_share(batch, r, 2, 2, None) for r in range(2)]
+    shares = [dispatch.rank_share(batch, r, 2, MicroBatching(2)) for r in range(2)]
     real = torch.cat([s.input_ids[s.response_mask.sum(1) > 0] for s in shares])
     assert sorted(map(tuple, real.tolist())) == sorted(map(tuple, batch.input_ids.tolist()))
 

@@ -140,7 +140,7 @@ def test_sharded_full_checkpoint_resumes_exactly(runs):
 
     dp, tmp = runs["dp"], runs["tmp"]
     path = CheckpointManager(str(tmp / "dp-ckpts")).save(dp.global_step, "full",
-                                                          lambda folder: write_full_state(dp, folder))
+                                                          lambda folder: write_full_state(dp.run_state, folder))
     shards = sorted(os.listdir(os.path.join(path, "shards", "actor")))
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "extra_state.pt"], shards
     assert os.path.isdir(os.path.join(path, "shards", "critic"))
@@ -151,7 +151,7 @@ def test_sharded_full_checkpoint_resumes_exactly(runs):
         return m, dp.actor.full_state_dict(), dp.critic.full_state_dict()
 
     first = one_step()
-    restore_full_state(dp, path)
+    restore_full_state(dp.run_state, path)
     assert dp.global_step == STEPS
     second = one_step()
     # Weights, Adam moments, LR schedule, mini-batch shufflers, data position and RNG all came

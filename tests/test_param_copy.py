@@ -105,7 +105,7 @@ def _actor(tiny_qwen2, mode, micro=4, device="cpu", **extra):
         "logging": {"backends": [], "progress_bar": False},
     })
     torch.manual_seed(0)
-    return Actor(cfg, torch.device(device))
+    return Actor.from_config(cfg, torch.device(device))
 
 
 def _batch(vocab):

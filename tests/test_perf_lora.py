@@ -45,9 +45,9 @@ def test_reference_is_base_model_with_adapters_disabled(tmp_path, arch, request)
     from verl.workers.actor import Actor
     from verl.workers.reference import Reference
 
-    actor = Actor(cfg, torch.device("cpu"))
+    actor = Actor.from_config(cfg, torch.device("cpu"))
     n_params = sum(p.numel() for p in actor.model.parameters())
-    ref = Reference(cfg, torch.device("cpu"), actor.model)
+    ref = Reference.from_config(cfg, torch.device("cpu"), actor.model)
     assert ref.model is actor.model  # no second copy
     assert sum(p.numel() for p in ref.model.parameters()) == n_params
     trainable = {n for n, p in actor.model.named_parameters() if p.requires_grad}

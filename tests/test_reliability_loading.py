@@ -155,7 +155,7 @@ def test_truncated_safetensors_names_the_file_and_each_roles_key(tmp_path, tiny_
                                       "truncated or corrupted")
     cfg = load_config(None, [f"critic.name={folder}"])
     with pytest.raises(ModelLoadError, match=f"^critic.name: .*{weights} is truncated"):
-        load_value_model(cfg)
+        load_value_model(cfg.critic, cfg.model)
     from verl.config import RewardFnConfig
 
     with pytest.raises(ModelLoadError, match=f"^reward_fn.model_name: .*{weights} is truncated"):
@@ -207,7 +207,7 @@ def test_critic_of_a_remote_code_model_names_critic_trust_remote_code(tmp_path, 
     cfg = load_config(None, [f"model.name={folder}", "model.trust_remote_code=true"])
     assert type(load_causal_lm(cfg.model, torch.float32)).__name__ == "CustomLM"  # the actor may run it
     with pytest.raises(ModelLoadError) as info:
-        load_value_model(cfg)  # critic.trust_remote_code is off (the default)
+        load_value_model(cfg.critic, cfg.model)  # critic.trust_remote_code is off (the default)
     message = str(info.value)
     assert message.startswith(f"critic.trust_remote_code: '{folder}' ships its own model code")
     assert "critic.trust_remote_code: true" in message and "model.trust_remote_code covers the actor only" in message

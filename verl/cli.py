@@ -24,7 +24,7 @@ import importlib
 import os
 import sys
 
-from verl.trainer.launch import OOM_HINT, run_guarded, run_training  # light: torch loads only to train
+from verl.trainer.launch import OOM_HINT, run_guarded, run_training  # noqa: F401  (light: torch loads only to train)
 
 
 def _train(args) -> int:

@@ -1,11 +1,14 @@
 """The algorithm layer: pure tensor functions (advantages, losses, KL, aggregation).
 
-Nothing here knows about models, workers or configs beyond `build_kl_controller`; the
-trainer picks functions by the names in `AlgorithmConfig`. See docs/algorithms.md.
+Nothing here knows about models, workers or configs beyond `build_kl_controller` and
+`requirements` (which roles an algorithm needs); the trainer picks functions by the names in
+`AlgorithmConfig`, and the config takes its choices from the tables here. See docs/algorithms.md.
 """
 
 from verl.algorithms.advantages import (
     ADV_ESTIMATORS,
+    ESTIMATORS,
+    GROUP_ESTIMATORS,
     compute_advantages,
     compute_gae,
     compute_grpo,
@@ -28,12 +31,12 @@ from verl.algorithms.kl import (
 )
 from verl.algorithms.masked import count_tokens_and_seqs, masked_mean, masked_sum, masked_var, masked_whiten
 from verl.algorithms.policy_losses import POLICY_LOSSES, compute_policy_loss
-from verl.algorithms.presets import GROUP_ESTIMATORS, PRESETS, apply_preset
+from verl.algorithms.presets import PRESETS
 from verl.algorithms.value_loss import compute_value_loss, explained_variance
 
 __all__ = [
-    "ADV_ESTIMATORS", "GROUP_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGG_MODES", "POLICY_LOSSES", "PRESETS",
-    "AdaptiveKLController", "FixedKLController", "aggregate_loss", "apply_kl_in_reward", "apply_preset",
+    "ADV_ESTIMATORS", "ESTIMATORS", "GROUP_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGG_MODES", "POLICY_LOSSES", "PRESETS",
+    "AdaptiveKLController", "FixedKLController", "aggregate_loss", "apply_kl_in_reward",
     "build_kl_controller", "compute_advantages", "compute_gae", "compute_grpo", "compute_policy_loss",
     "compute_reinforce_pp", "compute_reinforce_pp_baseline", "compute_remax", "compute_rloo",
     "compute_value_loss", "count_tokens_and_seqs", "discounted_returns", "dynamic_sampling_keep",

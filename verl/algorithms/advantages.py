@@ -11,11 +11,21 @@ sum_t token_rewards) and broadcast one advantage over the sequence's valid token
 `returns` equals `advantages` (there is no critic to regress).
 
 Group ids: samples generated from the same prompt share a group id (any hashable value).
+
+The table ESTIMATORS (filled by @estimator below) is the one list of `algorithm.adv_estimator`
+names: the config takes its choices from it, and each entry says what the estimator needs
+(a critic, a group of samples per prompt, a greedy baseline rollout). Adding an estimator is
+one decorated function here (and its test):
+
+    @estimator("my_est", compares_group=True)
+    def _my_est(x: AdvantageInputs):
+        return compute_my_est(x.need("scores"), x.mask, x.need("group_ids"))
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -23,7 +33,6 @@ from verl.algorithms.masked import group_stats, masked_whiten
 
 Tensor = torch.Tensor
 
-ADV_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax")
 
 
 def _broadcast(per_seq: Tensor, mask: Tensor) -> Tensor:
@@ -152,44 +161,102 @@ def compute_remax(scores: Tensor, baseline_scores: Tensor, mask: Tensor) -> tupl
     return adv, adv.clone()
 
 
-def _need(name: str, value, estimator: str):
-    if value is None:
-        raise ValueError(f"advantage estimator '{estimator}' needs `{name}`, which was not given")
-    return value
+@dataclass
+class AdvantageInputs:
+    """What an estimator may read; `need(name)` returns a field or names the missing one."""
+
+    estimator: str
+    mask: Tensor
+    token_rewards: Optional[Tensor] = None
+    values: Optional[Tensor] = None
+    scores: Optional[Tensor] = None
+    baseline_scores: Optional[Tensor] = None
+    group_ids: Optional[Sequence] = None
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std: bool = True
+
+    def need(self, name: str):
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"advantage estimator '{self.estimator}' needs `{name}`, which was not given")
+        return value
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One `algorithm.adv_estimator`. compares_group: compares the n samples of a prompt (needs
+    rollout.n >= 2, default n 4); needs_critic: reads values V(s_t); greedy_baseline: needs the
+    reward of the greedy answer to each prompt (an extra rollout); whiten: advantages are
+    normalised over the batch afterwards."""
+
+    name: str
+    fn: Callable[[AdvantageInputs], tuple[Tensor, Tensor]]
+    compares_group: bool = False
+    needs_critic: bool = False
+    greedy_baseline: bool = False
+    whiten: bool = False
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def estimator(name: str, **traits):
+    """Register the decorated `fn(AdvantageInputs) -> (advantages, returns)` as estimator `name`."""
+    def register(fn):
+        ESTIMATORS[name] = Estimator(name, fn, **traits)
+        return fn
+    return register
+
+
+@estimator("gae", needs_critic=True, whiten=True)  # PPO normalises GAE advantages per batch
+def _gae(x: AdvantageInputs):
+    return compute_gae(x.need("token_rewards"), x.need("values"), x.mask, x.gamma, x.lam)
+
+
+@estimator("reinforce_pp")
+def _reinforce_pp(x: AdvantageInputs):
+    return compute_reinforce_pp(x.need("token_rewards"), x.mask, x.gamma)
+
+
+@estimator("grpo", compares_group=True)
+def _grpo(x: AdvantageInputs):
+    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std)
+
+
+@estimator("dr_grpo", compares_group=True)
+def _dr_grpo(x: AdvantageInputs):
+    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=False)  # never divides by std
+
+
+@estimator("rloo", compares_group=True)
+def _rloo(x: AdvantageInputs):
+    return compute_rloo(x.need("scores"), x.mask, x.need("group_ids"))
+
+
+@estimator("reinforce_pp_baseline", compares_group=True)
+def _reinforce_pp_baseline(x: AdvantageInputs):
+    return compute_reinforce_pp_baseline(x.need("scores"), x.mask, x.need("group_ids"))
+
+
+@estimator("remax", greedy_baseline=True)
+def _remax(x: AdvantageInputs):
+    return compute_remax(x.need("scores"), x.need("baseline_scores"), x.mask)
+
+
+ADV_ESTIMATORS = tuple(ESTIMATORS)
+GROUP_ESTIMATORS = tuple(name for name, e in ESTIMATORS.items() if e.compares_group)
 
 
 @torch.no_grad()
-def compute_advantages(
-    estimator: str,
-    *,
-    mask: Tensor,
-    token_rewards: Optional[Tensor] = None,
-    values: Optional[Tensor] = None,
-    scores: Optional[Tensor] = None,
-    baseline_scores: Optional[Tensor] = None,
-    group_ids: Optional[Sequence] = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-) -> tuple[Tensor, Tensor]:
-    """Dispatch to an estimator by name (algorithm.adv_estimator).
+def compute_advantages(estimator: str, *, mask: Tensor, **inputs) -> tuple[Tensor, Tensor]:
+    """Advantages and returns by estimator name (algorithm.adv_estimator). `inputs`: the
+    AdvantageInputs fields it reads (the caller whitens when ESTIMATORS[name].whiten)
 
     gae: token_rewards, values, gamma, lam      reinforce_pp: token_rewards, gamma
     grpo: scores, group_ids, norm_adv_by_std    dr_grpo: scores, group_ids (never divides by std)
     rloo / reinforce_pp_baseline: scores, group_ids     remax: scores, baseline_scores
     """
-    e = estimator
-    if e == "gae":
-        return compute_gae(_need("token_rewards", token_rewards, e), _need("values", values, e), mask, gamma, lam)
-    if e == "reinforce_pp":
-        return compute_reinforce_pp(_need("token_rewards", token_rewards, e), mask, gamma)
-    if e in ("grpo", "dr_grpo"):
-        return compute_grpo(_need("scores", scores, e), mask, _need("group_ids", group_ids, e),
-                            norm_by_std=norm_adv_by_std and e == "grpo")
-    if e == "rloo":
-        return compute_rloo(_need("scores", scores, e), mask, _need("group_ids", group_ids, e))
-    if e == "reinforce_pp_baseline":
-        return compute_reinforce_pp_baseline(_need("scores", scores, e), mask, _need("group_ids", group_ids, e))
-    if e == "remax":
-        return compute_remax(_need("scores", scores, e), _need("baseline_scores", baseline_scores, e), mask)
-    raise ValueError(f"advantage estimator '{e}' is not one of {', '.join(ADV_ESTIMATORS)}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"advantage estimator '{estimator}' is not one of {', '.join(ADV_ESTIMATORS)}")
+    return ESTIMATORS[estimator].fn(AdvantageInputs(estimator, mask, **inputs))

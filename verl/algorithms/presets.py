@@ -1,13 +1,16 @@
-"""`algorithm.name` presets: sensible combinations of estimator, loss and KL placement.
+"""`algorithm.name` presets: sensible combinations of estimator, loss and KL placement, as
+partial `algorithm` sections.
 
 A preset only fills keys the user left unset (None), so `algorithm.name: grpo` plus
-`algorithm.loss_agg_mode: seq-mean-token-mean` keeps the user's choice.
+`algorithm.loss_agg_mode: seq-mean-token-mean` keeps the user's choice; keys neither set take
+the defaults declared on AlgorithmConfig (verl/config/algorithm.py applies both, before the
+config is checked).
 """
 
 from __future__ import annotations
 
-# Estimators that compare the n samples of one prompt (need rollout.n >= 2).
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
+
+_DAPO_EXTRAS = dict(dynamic_sampling={"enable": True}, overlong_penalty={"enable": True})
 
 _NO_KL = dict(use_kl_in_reward=False, use_kl_loss=False)
 
@@ -37,35 +40,9 @@ PRESETS: dict[str, dict] = {
                   kl_estimator="k1", use_kl_loss=False, loss_agg_mode="token-mean"),
     # DAPO (Yu et al. 2025): clip-higher, token-level loss, dynamic sampling, overlong shaping, no KL.
     "dapo": dict(adv_estimator="grpo", policy_loss="ppo", norm_adv_by_std_in_grpo=True,
-                 loss_agg_mode="token-mean", kl_estimator="k3", clip_ratio_high=0.28, **_NO_KL),
+                 loss_agg_mode="token-mean", kl_estimator="k3", clip_ratio_high=0.28, **_NO_KL, **_DAPO_EXTRAS),
     # GSPO (Zheng et al. 2025): sequence-level importance ratio with tight clipping.
     "gspo": dict(adv_estimator="grpo", policy_loss="gspo", norm_adv_by_std_in_grpo=True,
                  loss_agg_mode="seq-mean-token-mean", kl_estimator="k3", clip_ratio_low=3e-4,
                  clip_ratio_high=4e-4, **_NO_KL),
 }
-
-# Keys whose dataclass default is not None but which a preset may still set, and the
-# dataclass default that means "the user did not touch it".
-_NON_NONE_DEFAULTS = {"clip_ratio_low": 0.2}
-_DAPO_SWITCHES = ("dynamic_sampling", "overlong_penalty")
-
-
-def apply_preset(algo) -> None:
-    """Fill unset (None) keys of an AlgorithmConfig from its preset, then generic defaults."""
-    preset = PRESETS[algo.name]
-    for key, value in preset.items():
-        if key in _NON_NONE_DEFAULTS:
-            if getattr(algo, key) == _NON_NONE_DEFAULTS[key]:
-                setattr(algo, key, value)
-        elif getattr(algo, key) is None:
-            setattr(algo, key, value)
-    for switch in _DAPO_SWITCHES:  # DAPO's two extras are part of its recipe, off elsewhere
-        section = getattr(algo, switch)
-        if section.enable is None:
-            section.enable = algo.name == "dapo"
-    generic = dict(kl_coef=0.0, kl_loss_coef=0.0, use_kl_in_reward=False, use_kl_loss=False,
-                   kl_estimator="k1", norm_adv_by_std_in_grpo=True, policy_loss="ppo",
-                   loss_agg_mode="token-mean")
-    for key, value in generic.items():
-        if getattr(algo, key) is None:
-            setattr(algo, key, value)

@@ -1,17 +1,10 @@
-"""Full training state: what an exact resume needs, how it is written, found and restored.
+"""Where a run starts, and whether a checkpoint may be resumed with the current config.
 
     state = resolve_resume(cfg)            # where to start: fresh, a checkpoint, a final save to
                                            # finish, or finished (claims the folder: run_folder.py)
     prepare_run_dir(cfg.checkpoint.save_dir, state)   # metrics.jsonl continues without duplicates
-    write_full_state(trainer, folder)      # the writer CheckpointManager.save() calls
-    restore_full_state(trainer, path)      # back into a freshly built Trainer
 
-A full state holds: actor and critic weights (safetensors), their optimizers and LR
-schedulers, the RNG states of every generator a step uses (torch CPU/CUDA, python
-`random`, numpy, the actor's and critic's mini-batch generators), the prompt loader's
-position, the KL controller, step counters (global step, skipped steps, bad-step streak)
-and the finalized config. Since each step also reseeds torch from (seed, step), a run
-stopped after step k and resumed ends with the same parameters as an uninterrupted run.
+What a full state holds and how it is written and restored: verl/checkpoint/full_state.py.
 
 Resuming into a config that differs in a way that changes the training math (model,
 algorithm, batch sizes, rollout.n, lr, data, reward...) is refused with the differences
@@ -23,39 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from typing import Optional
 
 from verl.errors import ConfigError
 from verl.checkpoint.manager import CheckpointError, CheckpointManager, read_manifest, verify_checkpoint
-from verl.checkpoint.durable_files import atomic_write_json, load_torch, save_torch
-from verl.checkpoint.model_files import load_module_weights, save_module, save_pretrained_into
-from verl.checkpoint.rng_state import capture_rng, restore_rng
+from verl.checkpoint.full_state import read_trainer_state, scrub_config
 from verl.checkpoint.run_folder import (LOG_FILES, RUN_STATE, claim_run_folder, clean_stale_temps, continues_in,
                                      describe_earlier_run, earlier_run_refusal, final_save_problem,
                                      prepare_run_dir, read_run_state, write_run_state)
-
-# Config keys that may change between a checkpoint and its resume: they do not change the
-# training math (or only by float rounding), so the resumed run still matches.
-SAFE_TO_CHANGE = (
-    "training.total_steps", "training.max_minutes", "training.max_bad_steps", "training.val_every",
-    "training.micro_batch_size",
-    "training.max_tokens_per_micro_batch", "training.logprob_chunk_size", "training.logprob_keep_logits",
-    "training.offload_optimizer",
-    "training.offload_idle_models", "training.use_packed_samples",
-    "model.enable_gradient_checkpointing", "model.use_flash_attention", "model.attn_implementation", "model.trust_remote_code",
-    "model.torch_compile",
-    "critic.trust_remote_code",
-    "rollout.name", "rollout.batch_size", "rollout.max_num_seqs", "rollout.gpu_memory_utilization",
-    "rollout.tensor_model_parallel_size", "rollout.max_num_batched_tokens", "rollout.max_model_len",
-    "rollout.enable_sleep_mode", "rollout.kv_cache_gb", "rollout.enforce_eager",
-    "data.val_files", "data.val_source", "data.val_n", "data.val_max_samples", "data.baseline_prompt",
-    "reward_fn.device", "reward_fn.rm_batch_size", "reward_fn.timeout_s", "reward_fn.max_retries",
-    "reward_fn.concurrency", "reward_fn.api_key_env",
-    "logging", "checkpoint", "distributed", "device",
-)
-
 
 @dataclass
 class ResumePoint:
@@ -70,101 +39,6 @@ class ResumePoint:
     note: str = ""
     final_save: bool = False
     move_earlier: bool = False
-
-
-# ---------------------------------------------------------------------------
-# Writing and restoring
-# ---------------------------------------------------------------------------
-
-
-def scrub_config(config_dict: dict) -> dict:
-    """The config as saved with a checkpoint. Secrets never live in the config (API keys are
-    read from the environment variable that `reward_fn.api_key_env` names), so this is a copy."""
-    return json.loads(json.dumps(config_dict, default=str))
-
-
-def _generators(trainer) -> dict:
-    gens = {"actor": trainer.actor.generator}
-    if trainer.critic is not None and trainer.critic.generator is not None:  # a shared critic has none
-        gens["critic"] = trainer.critic.generator
-    return gens
-
-
-def trainer_state(trainer, reason: str) -> dict:
-    hooks = trainer.hooks
-    return {
-        "global_step": int(trainer.global_step),
-        "total_steps": int(trainer.config.training.total_steps),
-        "reason": reason,
-        "data": trainer.train_data.state_dict(),
-        "kl_ctrl": trainer.kl_ctrl.state_dict(),
-        "counters": {"bad_steps": int(hooks.bad_steps), "skipped_steps": int(hooks.skipped_steps),
-                     "last_good_step": int(hooks.last_good_step)},
-        "config": scrub_config(trainer.config.to_dict()),
-        "versions": _versions(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-def write_actor(trainer, folder: str) -> None:
-    """actor/ as a Hugging Face folder (or PEFT adapters for a LoRA actor) with the tokenizer."""
-    save_pretrained_into(trainer.actor.model, trainer.tokenizer, os.path.join(folder, "actor"), merge_lora=False)
-
-
-def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
-    """Everything in the module docstring, into `folder` (a CheckpointManager temp folder)."""
-    write_actor(trainer, folder)
-    save_torch({"optimizer": trainer.actor.optimizer.state_dict(),
-                "scheduler": trainer.actor.scheduler.state_dict()}, os.path.join(folder, "optim", "actor.pt"))
-    if trainer.critic is not None:
-        save_module(trainer.critic.model, os.path.join(folder, "critic", "model.safetensors"))
-        save_torch({"optimizer": trainer.critic.optimizer.state_dict(),
-                    "scheduler": trainer.critic.scheduler.state_dict()}, os.path.join(folder, "optim", "critic.pt"))
-    save_torch(capture_rng(_generators(trainer)), os.path.join(folder, "rng.pt"))
-    state = trainer_state(trainer, reason)
-    atomic_write_json(os.path.join(folder, "trainer_state.json"), state)
-    return {"reason": reason, "global_step": state["global_step"]}
-
-
-def read_trainer_state(path: str) -> dict:
-    try:
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read trainer_state.json ({exc})") from None
-
-
-def restore_full_state(trainer, path: str) -> dict:
-    """Load a verified full checkpoint into `trainer` (built from the same config). Returns the
-    trainer_state.json contents (its "counters" belong to RunHooks, which restores them)."""
-    manifest = read_manifest(path)
-    if manifest.get("kind") != "full":
-        raise CheckpointError(f"{path}: a '{manifest.get('kind')}' checkpoint cannot be resumed; resuming needs "
-                              "a full-state checkpoint (--save_full_state or checkpoint.save_full_every)")
-    state = read_trainer_state(path)
-    load_module_weights(trainer.actor.model, os.path.join(path, "actor"))
-    actor_optim = load_torch(os.path.join(path, "optim", "actor.pt"))
-    trainer.actor.optimizer.load_state_dict(actor_optim["optimizer"])
-    trainer.actor.scheduler.load_state_dict(actor_optim["scheduler"])
-    has_critic = os.path.exists(os.path.join(path, "optim", "critic.pt"))
-    if (trainer.critic is not None) != has_critic:
-        raise CheckpointError(f"{path}: the checkpoint {'has' if has_critic else 'has no'} critic but this run "
-                              f"{'has none' if trainer.critic is None else 'needs one'}")
-    if trainer.critic is not None:
-        from safetensors.torch import load_model
-
-        load_model(trainer.critic.model, os.path.join(path, "critic", "model.safetensors"),
-                   device=str(trainer.device))
-        critic_optim = load_torch(os.path.join(path, "optim", "critic.pt"))
-        trainer.critic.optimizer.load_state_dict(critic_optim["optimizer"])
-        trainer.critic.scheduler.load_state_dict(critic_optim["scheduler"])
-    trainer.train_data.load_state_dict(state["data"])
-    trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
-    restore_rng(load_torch(os.path.join(path, "rng.pt")), _generators(trainer))
-    trainer.global_step = int(state["global_step"])
-    # The generation engine must see the restored weights (no stale weights in vLLM).
-    trainer.rollout.sync_weights(trainer.actor.model)
-    return state
 
 
 # ---------------------------------------------------------------------------
@@ -183,13 +57,14 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """'key: saved -> current' for every key that matters and differs. Keys only one side has
-    (a config key added or removed by a verl upgrade) are not compared."""
+def config_differences(saved: dict, current: dict, safe=()) -> list[str]:
+    """'key: saved -> current' for every key that matters and differs. `safe`: dotted keys (or
+    whole sections) that may change on resume, as Config.resume_safe_keys() declares them. Keys
+    only one side has (a config key added or removed by a verl upgrade) are not compared."""
     a, b = _flatten(scrub_config(saved)), _flatten(scrub_config(current))
     diffs = []
     for key in sorted(set(a) & set(b)):
-        if any(key == s or key.startswith(s + ".") for s in SAFE_TO_CHANGE):
+        if any(key == s or key.startswith(s + ".") for s in safe):
             continue
         if a[key] != b[key]:
             diffs.append(f"{key}: {a[key]!r} -> {b[key]!r}")
@@ -314,7 +189,7 @@ def _resolve(cfg, warn) -> ResumePoint:
         raise ConfigError(f"checkpoint.resume: {path} is a '{manifest.get('kind')}' checkpoint; resuming needs a "
                           "full-state one (--save_full_state or checkpoint.save_full_every)")
     state = read_trainer_state(path)
-    diffs = config_differences(state.get("config", {}), cfg.to_dict())
+    diffs = config_differences(state.get("config", {}), cfg.to_dict(), cfg.resume_safe_keys())
     if diffs:
         listing = "; ".join(diffs)
         if not ck.resume_force:
@@ -339,19 +214,5 @@ def _resolve(cfg, warn) -> ResumePoint:
     return ResumePoint(path, step, False, note) if here else _new_run(cfg, note, path=path, step=step)
 
 
-def _versions() -> dict:
-    import torch
-
-    out = {"torch": torch.__version__}
-    try:
-        from verl.version import __version__
-
-        out["verl"] = __version__
-    except ImportError:
-        pass
-    return out
-
-
-__all__ = ["ResumePoint", "resolve_resume", "prepare_run_dir", "write_full_state", "restore_full_state",
-           "config_differences", "read_run_state", "write_run_state", "CheckpointError", "LOG_FILES", "RUN_STATE"]
-
+__all__ = ["ResumePoint", "resolve_resume", "prepare_run_dir", "config_differences", "read_run_state",
+           "write_run_state", "CheckpointError", "LOG_FILES", "RUN_STATE"]

@@ -1,5 +1,5 @@
 """Full-state checkpoints of a distributed run (the counterparts of
-verl.checkpoint.resume.write_full_state / restore_full_state for `distributed.backend: ray`).
+verl.checkpoint.full_state.write_full_state / restore_full_state for `distributed.backend: ray`).
 
 Layout of a full checkpoint folder (inside CheckpointManager's atomic temp folder):
 
@@ -20,45 +20,37 @@ from __future__ import annotations
 
 import os
 
-from verl.checkpoint.manager import CheckpointError, read_manifest
-from verl.checkpoint.durable_files import atomic_write_json, load_torch, save_torch
+from verl.checkpoint.durable_files import CheckpointError, atomic_write_json, load_torch, save_torch
+from verl.checkpoint.full_state import (RunState, read_trainer_state, require_full, restore_trainer_state,
+                                        trainer_state, write_actor)
 from verl.checkpoint.rng_state import capture_rng, restore_rng
 
 
-def write_full_state(trainer, folder: str, reason: str = "periodic") -> dict:
-    from verl.checkpoint.resume import trainer_state, write_actor
-
-    write_actor(trainer, folder)  # gathers the weights into the driver's copy first
-    trainer.actor.save_checkpoint(os.path.join(folder, "shards", "actor"))
-    if trainer.critic is not None:
-        trainer.critic.save_checkpoint(os.path.join(folder, "shards", "critic"))
+def write_full_state(rs: RunState, folder: str, reason: str = "periodic") -> dict:
+    write_actor(rs, folder)  # gathers the weights into the driver's copy first
+    rs.actor.save_checkpoint(os.path.join(folder, "shards", "actor"))
+    if rs.critic is not None:
+        rs.critic.save_checkpoint(os.path.join(folder, "shards", "critic"))
     save_torch(capture_rng({}), os.path.join(folder, "rng.pt"))
-    state = trainer_state(trainer, reason)
+    state = trainer_state(rs, reason)
     atomic_write_json(os.path.join(folder, "trainer_state.json"), state)
     return {"reason": reason, "global_step": state["global_step"], "sharded": True}
 
 
-def restore_full_state(trainer, path: str) -> dict:
-    from verl.checkpoint.resume import read_trainer_state
-
-    manifest = read_manifest(path)
-    if manifest.get("kind") != "full":
-        raise CheckpointError(f"{path}: a '{manifest.get('kind')}' checkpoint cannot be resumed; resuming needs "
-                              "a full-state checkpoint (--save_full_state or checkpoint.save_full_every)")
+def restore_full_state(rs: RunState, path: str) -> dict:
+    require_full(path)
     if not os.path.isdir(os.path.join(path, "shards", "actor")):
         raise CheckpointError(f"{path}: written by a single-process run (no shards/); resume it with "
                               "distributed.backend: none")
     has_critic = os.path.isdir(os.path.join(path, "shards", "critic"))
-    if (trainer.critic is not None) != has_critic:
+    if (rs.critic is not None) != has_critic:
         raise CheckpointError(f"{path}: the checkpoint {'has' if has_critic else 'has no'} critic but this run "
-                              f"{'has none' if trainer.critic is None else 'needs one'}")
+                              f"{'has none' if rs.critic is None else 'needs one'}")
     state = read_trainer_state(path)
-    trainer.actor.load_checkpoint(os.path.join(path, "shards", "actor"))
-    if trainer.critic is not None:
-        trainer.critic.load_checkpoint(os.path.join(path, "shards", "critic"))
-    trainer.train_data.load_state_dict(state["data"])
-    trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    rs.actor.load_checkpoint(os.path.join(path, "shards", "actor"))
+    if rs.critic is not None:
+        rs.critic.load_checkpoint(os.path.join(path, "shards", "critic"))
+    restore_trainer_state(rs, state)
     restore_rng(load_torch(os.path.join(path, "rng.pt")), {})
-    trainer.global_step = int(state["global_step"])
-    trainer.rollout.sync_weights(trainer.actor.model)  # no stale weights in the generation engine
+    rs.rollout.sync_weights(rs.actor.model)  # no stale weights in the generation engine
     return state

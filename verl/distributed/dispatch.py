@@ -9,20 +9,20 @@ Two rules make a data-parallel run compute what the single-process run computes:
    forward, so ranks must run equally many micro-batches or the collectives pair up wrong
    and hang. `pad_to_micro_batches` appends dummy rows (a copy of a real row with
    `response_mask` zero: no loss, no gradient, no count) to the ranks that would run fewer.
-   The count is taken from `verl.workers.micro_batches.make_micro_batches` itself, so it
-   holds for both sequence-count and token-budget micro-batching.
+   The count is taken from the workers' own `MicroBatching` (verl.workers.micro_batches), so
+   it holds for both sequence-count and token-budget micro-batching.
 
 Results come back per rank (dummy rows dropped) and are scattered to their original rows.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
 from verl.batch import Batch
-from verl.workers.micro_batches import make_micro_batches
+from verl.workers.micro_batches import MicroBatching
 
 # Update metrics that every rank computes identically (global gradient norm, learning rate,
 # explained variance on the whole batch): reduced by taking rank 0's value. Every other
@@ -55,14 +55,9 @@ def dummy_rows(template: Batch, k: int) -> Batch:
     return row.replace(response_mask=torch.zeros_like(row.response_mask))
 
 
-def num_micro_batches(batch: Batch, micro_batch_size: int, max_tokens: Optional[int], packed: bool = False) -> int:
-    return len(make_micro_batches(batch, micro_batch_size, max_tokens, packed)) if len(batch) else 0
-
-
-def pad_to_micro_batches(parts: list[Batch], template: Batch, micro_batch_size: int,
-                         max_tokens: Optional[int], packed: bool = False) -> list[Batch]:
+def pad_to_micro_batches(parts: list[Batch], template: Batch, micro: MicroBatching) -> list[Batch]:
     """Append dummy rows so every part makes the same number of micro-batches."""
-    counts = [num_micro_batches(p, micro_batch_size, max_tokens, packed) for p in parts]
+    counts = [micro.count(p) for p in parts]
     target = max(counts)
     out = []
     for part, count in zip(parts, counts):
@@ -70,7 +65,7 @@ def pad_to_micro_batches(parts: list[Batch], template: Batch, micro_batch_size: 
         while count < target:
             # Appending a row adds at most one micro-batch, so this stops exactly at target.
             part = Batch.concat([part, dummy_rows(template, 1)]) if len(part) else dummy_rows(template, 1)
-            count = num_micro_batches(part, micro_batch_size, max_tokens, packed)
+            count = micro.count(part)
             added += 1
             if added > 64 * (target + 1):
                 raise RuntimeError("could not equalise micro-batch counts across ranks (micro-batching rule "
@@ -79,20 +74,18 @@ def pad_to_micro_batches(parts: list[Batch], template: Batch, micro_batch_size: 
     return out
 
 
-def shard_for_ranks(batch: Batch, world_size: int, micro_batch_size: int, max_tokens: Optional[int],
-                    packed: bool = False) -> tuple[list[list[int]], list[Batch]]:
-    """(row indices per rank, the rank's Batch padded with dummy rows). `micro_batch_size`,
-    `max_tokens` and `packed` are the training.* settings the ranks' micro-batching uses."""
+def shard_for_ranks(batch: Batch, world_size: int, micro: MicroBatching) -> tuple[list[list[int]], list[Batch]]:
+    """(row indices per rank, the rank's Batch padded with dummy rows). `micro`: the
+    micro-batching the ranks use."""
     index = balanced_partition(token_counts(batch), world_size)
     parts = [batch.select(ix) for ix in index]
-    return index, pad_to_micro_batches(parts, batch, micro_batch_size, max_tokens, packed)
+    return index, pad_to_micro_batches(parts, batch, micro)
 
 
-def rank_share(mini: Batch, rank: int, world_size: int, micro_batch_size: int, max_tokens: Optional[int],
-               packed: bool = False) -> Batch:
+def rank_share(mini: Batch, rank: int, world_size: int, micro: MicroBatching) -> Batch:
     """This rank's rows of a mini-batch that every rank holds whole (deterministic: all ranks
     compute the same partition without talking)."""
-    return shard_for_ranks(mini, world_size, micro_batch_size, max_tokens, packed)[1][rank]
+    return shard_for_ranks(mini, world_size, micro)[1][rank]
 
 
 def gather_rows(index: list[list[int]], results: list, total: int):

@@ -26,7 +26,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verl.algorithms.requirements import needs_critic, needs_reference
 from verl.errors import ConfigError
+from verl.workers.critic_factory import critic_has_own_tokenizer
 from verl.distributed.worker_group import DistributedError, ResourcePool, WorkerGroup, connect
 
 _LIVE: list["DistributedWorkers"] = []
@@ -83,10 +85,7 @@ def _rollout_mode(config, use_gpu: bool) -> str:
     mode = config.distributed.rollout
     if mode == "auto":
         mode = "workers" if (config.rollout.name == "vllm" and use_gpu) else "driver"
-    if mode == "workers" and config.rollout.name != "vllm":
-        raise ConfigError("distributed.rollout: 'workers' runs one vLLM engine per replica; set rollout.name: vllm "
-                          "(or distributed.rollout: driver)")
-    return mode
+    return mode  # 'workers' with rollout.name other than vllm is refused when the config loads
 
 
 def _model_path_for_replicas(config, tokenizer, actor) -> str:
@@ -107,32 +106,11 @@ def build_distributed_workers(config, tokenizer) -> DistributedWorkers:
 
     d, a = config.distributed, config.algorithm
     n = d.nnodes * d.devices_per_node
-    need_ref = bool(a.use_kl_in_reward or a.use_kl_loss)
-    need_critic = a.adv_estimator == "gae"
+    need_ref, need_critic = needs_reference(a), needs_critic(a)
     remote_reward = _reward_has_model(config.reward_fn)
-    if need_critic and config.critic.name:
-        from verl.models.loading import load_tokenizer
-
-        critic_tok = load_tokenizer(config.critic.name, "critic.name", config.critic.trust_remote_code)
-        if critic_tok.get_vocab() != tokenizer.get_vocab():
-            raise ConfigError("critic.name: a critic with its own tokenizer (text critic) runs only with "
-                              "distributed.backend: none for now")
-    t, m = config.training, config.model
-    unsupported = [("model.lora.rank > 0", m.lora.rank > 0),
-                   ("model.torch_compile", getattr(m, "torch_compile", False)),
-                   ("training.use_packed_samples", t.use_packed_samples),
-                   ("training.offload_optimizer", t.offload_optimizer),
-                   ("training.offload_idle_models", t.offload_idle_models)]
-    for key, on in unsupported:
-        if on:
-            raise ConfigError(f"{key}: not supported with distributed.backend: ray yet (FSDP shards the weights "
-                              "and optimizer instead); turn it off or use distributed.backend: none")
-    if d.rollout == "workers" and config.rollout.name != "vllm":
-        _rollout_mode(config, use_gpu=False)  # raises the explanation
-    seqs = config.training.mini_batch_size
-    if seqs < n:
-        raise ConfigError(f"training.mini_batch_size: {seqs} sequences cannot feed {n} data-parallel ranks "
-                          "(each rank needs at least one per mini-batch)")
+    if need_critic and critic_has_own_tokenizer(config, tokenizer):
+        raise ConfigError("critic.name: a critic with its own tokenizer (text critic) runs only with "
+                          "distributed.backend: none for now")
     owns_ray = connect(d)
     use_gpu = _use_gpu(config)
     rollout_mode = _rollout_mode(config, use_gpu)

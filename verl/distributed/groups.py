@@ -2,6 +2,8 @@
 work done by a group of rank processes.
 
     actor.compute_log_probs(batch) -> (log_probs, entropy)   rows split across ranks, gathered back
+    actor.compute_old_log_probs(batch, may_defer)             the same into batch.old_log_probs and
+                                                              actor.last_entropy (never deferred)
     actor.update(batch) -> metrics                            whole batch to every rank (one object)
     actor.model                                               a Hugging Face model on the driver
                                                               holding the gathered current weights
@@ -29,6 +31,7 @@ import torch
 from verl.batch import Batch
 from verl.distributed import dispatch
 from verl.distributed.worker_group import WorkerGroup
+from verl.workers.micro_batches import MicroBatching
 
 
 class _DriverCopy:
@@ -73,12 +76,11 @@ class _ShardedRole:
     def __init__(self, group: WorkerGroup, config):
         self.group, self.config = group, config
         self.world_size = group.world_size
+        self.micro = MicroBatching.from_training(config.training)  # the ranks' (fixed: no memory budget)
 
     def _split_call(self, method: str, batch: Batch):
         """`method` on each rank's rows; answers put back in the batch's row order."""
-        t = self.config.training
-        index, parts = dispatch.shard_for_ranks(batch, self.world_size, t.micro_batch_size,
-                                                t.max_tokens_per_micro_batch, t.use_packed_samples)
+        index, parts = dispatch.shard_for_ranks(batch, self.world_size, self.micro)
         results = self.group.call(method, per_rank=parts)
         return dispatch.gather_rows(index, results, len(batch))
 
@@ -139,9 +141,19 @@ class ActorGroup(_TrainableRole):
         self.copy = _DriverCopy(build, group, eager_copy)
         if eager_copy:
             self.copy.get()
+        self.last_entropy = None  # (B, R) of the last compute_old_log_probs
 
     def compute_log_probs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return self._split_call("compute_log_probs", batch)
+
+    def defers_old_log_probs(self, batch: Batch, may_defer: bool) -> bool:
+        """Never: each rank's update forward sees only its share of the rows, whose log-probs
+        would have to come back to the driver; the separate pass runs instead."""
+        return False
+
+    def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> None:
+        """batch.old_log_probs and self.last_entropy, (B, R), as `Actor.compute_old_log_probs`."""
+        batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
 
     def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
         """Stream the gathered weights, bucket by bucket, into rollout replicas."""
@@ -155,7 +167,7 @@ class CriticGroup(_TrainableRole):
         def build():
             from verl.workers.critic import load_value_model
 
-            return load_value_model(config).eval()
+            return load_value_model(config.critic, config.model).eval()
 
         self.copy = _DriverCopy(build, group, eager=False)
 

@@ -86,37 +86,33 @@ def _param_dtype(config, dtype_name: Optional[str] = None) -> Optional[torch.dty
 # ---------------------------------------------------------------------------
 
 
-class ShardedActor(Actor):
-    """Actor whose model is FSDP-sharded: trains on its share of every mini-batch, and
-    runs its log-prob computation under the root unit's forward hooks. FSDP computes in
-    model.dtype itself (MixedPrecisionPolicy): no separate parameter copy."""
+class RankShare:
+    """Mixin of the sharded Actor / Critic: this rank trains on its share of every mini-batch
+    (the loss counts stay the whole mini-batch's). Micro-batching is the config's, never sized
+    to this rank's free memory nor halved after an out-of-memory error: every rank must cut
+    its share into as many micro-batches as the others (FSDP's collectives run in lockstep)."""
+
+    def __init__(self, *args, rank: int, world_size: int, **kwargs):
+        self.rank, self.world_size = rank, world_size
+        super().__init__(*args, adapt_to_memory=False, **kwargs)
+
+    def rank_share(self, mini: Batch, micro) -> Batch:
+        return dispatch.rank_share(mini, self.rank, self.world_size, micro)
+
+
+class ShardedActor(RankShare, Actor):
+    """Actor whose model is FSDP-sharded: runs its log-prob computation under the root unit's
+    forward hooks. FSDP computes in model.dtype itself (MixedPrecisionPolicy): no separate
+    parameter copy."""
 
     param_copy_supported = False
 
-    def __init__(self, config, device, model, rank: int, world_size: int):
-        self.rank, self.world_size = rank, world_size
-        super().__init__(config, device, model=model)
-
-    def rank_share(self, mini: Batch) -> Batch:
-        t = self.config.training
-        return dispatch.rank_share(mini, self.rank, self.world_size, t.micro_batch_size,
-                                   t.max_tokens_per_micro_batch, t.use_packed_samples)
-
-    def _forward(self, mb: Batch, with_entropy: bool, **kwargs):
-        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy, **kwargs)
+    def _forward(self, mb: Batch, with_entropy: bool):
+        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy)
 
 
-class ShardedCritic(Critic):
+class ShardedCritic(RankShare, Critic):
     """Critic whose value model is FSDP-sharded (its `forward` is the root's own)."""
-
-    def __init__(self, config, device, model, rank: int, world_size: int):
-        self.rank, self.world_size = rank, world_size
-        super().__init__(config, device, model=model)
-
-    def rank_share(self, mini: Batch) -> Batch:
-        t = self.config.training
-        return dispatch.rank_share(mini, self.rank, self.world_size, t.micro_batch_size,
-                                   t.max_tokens_per_micro_batch, t.use_packed_samples)
 
 
 class TrainableWorker(RankWorker):
@@ -184,7 +180,7 @@ class ActorWorker(TrainableWorker):
         model = load_causal_lm(config.model, torch.float32, device_type=self.device.type)
         fsdp.broadcast_from_rank0(model, self.device)
         fsdp.shard_model(model, self.device, _param_dtype(config))
-        self.role = ShardedActor(config, self.device, model, self.rank, self.world_size)
+        self.role = ShardedActor.from_config(config, self.device, model, rank=self.rank, world_size=self.world_size)
         self.config = config
         n = sum(p.numel() for p in model.parameters())
         self.log(f"actor ready: {type(model).__name__}, {n} parameters in this rank's shards")
@@ -224,10 +220,10 @@ class CriticWorker(TrainableWorker):
         from verl.workers.critic import load_value_model
 
         torch.manual_seed(config.seed)
-        model = load_value_model(config, self.device.type)
+        model = load_value_model(config.critic, config.model, self.device.type)
         fsdp.broadcast_from_rank0(model, self.device)  # the value head is drawn at random: make ranks agree
         fsdp.shard_model(model, self.device, _param_dtype(config, config.critic.dtype))
-        self.role = ShardedCritic(config, self.device, model, self.rank, self.world_size)
+        self.role = ShardedCritic.from_config(config, self.device, model, rank=self.rank, world_size=self.world_size)
         self.log("critic ready")
         return sum(p.numel() for p in model.parameters())
 
@@ -241,7 +237,8 @@ class ReferenceWorker(RankWorker):
         from verl.workers.reference import Reference
 
         model = load_causal_lm(config.model, torch.float32, device_type=self.device.type)
-        self.role = Reference(config, self.device, model)  # frozen copy in model.dtype
+        # A frozen copy in model.dtype; micro-batches as the driver padded the shares for.
+        self.role = Reference.from_config(config, self.device, model, adapt_to_memory=False)
         del model
         fsdp.shard_model(self.role.model, self.device, None)
         self.log("reference ready")

@@ -63,7 +63,9 @@ def adapters_disabled(model):
     return contextlib.nullcontext()
 
 
-def _base(model: torch.nn.Module) -> torch.nn.Module:
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (LoRA layers stay injected); a plain
+    model is returned as it is."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
@@ -78,7 +80,7 @@ def merged_state_items(model: torch.nn.Module, dtype: torch.dtype | None = None)
     (no merged copy of the model); the adapters themselves are untouched. For a plain model
     this is its state_dict with tied weights once. `dtype` casts floating tensors.
     """
-    base = _base(model)
+    base = base_model(model)
     deltas: dict[str, torch.nn.Module] = {}
     if is_peft_model(model):
         from peft.tuners.tuners_utils import BaseTunerLayer
@@ -112,7 +114,7 @@ def merged_state_items(model: torch.nn.Module, dtype: torch.dtype | None = None)
 def save_merged(model: torch.nn.Module, tokenizer, path: str) -> str:
     """A plain Hugging Face folder of the merged model (loadable by AutoModelForCausalLM and
     vLLM), written from `merged_state_items` -- no deep copy of the model in memory."""
-    base = _base(model)
+    base = base_model(model)
     state = dict(merged_state_items(model))
     base.save_pretrained(path, state_dict=state, safe_serialization=True)
     if tokenizer is not None:

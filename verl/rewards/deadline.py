@@ -24,11 +24,15 @@ type bounds its calls itself, from its per-request timeout (verl.rewards.api.wor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the section type, for hints only: rewards sit below the config package
+    from verl.config import RewardFnConfig
+
 import threading
 import time
 from typing import Callable
 
-from verl.config import RewardFnConfig
 
 PYTHON_TIMEOUT_S = 300.0  # default per-call limit of every type but api
 API_TIMEOUT_S = 30.0  # default per-request HTTP timeout of the api type

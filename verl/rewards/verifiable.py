@@ -15,11 +15,15 @@ A missing ground truth is a per-sample error (see `on_error`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the section type, for hints only: rewards sit below the config package
+    from verl.config import RewardFnConfig
+
 import re
 from fractions import Fraction
 from typing import Optional
 
-from verl.config import RewardFnConfig
 from verl.rewards.base import RewardFn, per_sample
 
 # A number: optional sign, optional '$', digits with optional thousands commas, optional decimals.

@@ -57,6 +57,14 @@ class RolloutEngine(abc.ABC):
     def wake_up(self) -> None:
         """Re-acquire generation memory before the next `generate`."""
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the engine: nothing. Its weights are the actor's (synced
+        after a restore) and its sampling is seeded from (seed, step) at each step."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """See state_dict: there is nothing to restore."""
+
 
 def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_probs: Sequence[Sequence[float]],
                      tokenizer, max_new_tokens: int, finished: Optional[Sequence[bool]] = None) -> Batch:

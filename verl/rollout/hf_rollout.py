@@ -34,12 +34,11 @@ import time
 import torch
 
 from verl.batch import Batch
-from verl.config_checks import check_hf_rollout_keys
+from verl.models.lora import base_model
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.sampling import token_log_probs
-from verl.workers.logprobs import unwrap_hf
 
 
 # ---------------------------------------------------------------------------
@@ -58,7 +57,7 @@ def build_weight_copy(model: torch.nn.Module, dtype: torch.dtype, attn_implement
     does. The generation config is the actor's own object, so a setting made on the actor's
     `generation_config` (eos ids, min_new_tokens) applies to the copy too.
     """
-    base = unwrap_hf(model)
+    base = base_model(model)
     config = copy.deepcopy(base.config)  # _from_config writes its dtype into the config it gets
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a GGUF-loaded actor holds dequantised weights
@@ -143,18 +142,25 @@ def _static_cache_kwargs(rollout_cfg) -> dict:
 
 
 class HFRollout(RolloutEngine):
+    @classmethod
+    def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "HFRollout":
+        """On the actor's module; forwards in model.dtype unless that is float32 (autocast off)."""
+        from verl.models.loading import torch_dtype
+
+        dtype = torch_dtype(config.model.dtype)
+        return cls(model, tokenizer, config.rollout, compute_dtype=None if dtype == torch.float32 else dtype)
+
     def __init__(self, model: torch.nn.Module, tokenizer, rollout_cfg, compute_dtype=None):
         """model: the actor's module; compute_dtype: the dtype forwards run in (None: the weights' own)."""
         self.tokenizer = tokenizer
         self.chunk = rollout_cfg.batch_size  # sequences per generate() call; None = all
-        check_hf_rollout_keys(rollout_cfg)
         static = rollout_cfg.cache_implementation == "static"
         self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
         self.weight_copy = bool(rollout_cfg.hf_weight_copy)
         own_loop = rollout_cfg.decode_loop == "verl"
         self.decoder = None
         if self.weight_copy:
-            dtype = compute_dtype or unwrap_hf(model).dtype
+            dtype = compute_dtype or base_model(model).dtype
             # The own loop passes 4D additive masks, which sdpa takes and flash-attention does not.
             self.model = build_weight_copy(model, dtype, attn_implementation="sdpa" if own_loop else None)
             self.autocast_dtype = None  # generates in `dtype` directly

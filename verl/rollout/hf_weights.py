@@ -8,7 +8,7 @@ from typing import Iterator
 
 import torch
 
-from verl.workers.logprobs import unwrap_hf
+from verl.models.lora import base_model
 
 
 def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -19,7 +19,7 @@ def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor
     (W + scale * B @ A, the adapters themselves are left untouched) and peft's name
     decorations (`base_layer`, `modules_to_save.<adapter>`) are removed.
     """
-    base = unwrap_hf(model)
+    base = base_model(model)
     deltas = {}
     try:
         from peft.tuners.tuners_utils import BaseTunerLayer

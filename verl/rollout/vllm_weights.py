@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from verl.models.lora import base_model
 from verl.rollout.hf_weights import hf_named_weights
 
 
@@ -42,8 +43,7 @@ def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
     from safetensors.torch import save_file
 
     out = tempfile.mkdtemp(prefix="verl-vllm-")
-    get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model
+    base = base_model(model)
     config = copy.deepcopy(base.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # GGUF: the weights written below are dequantised

@@ -82,10 +82,7 @@ class Tracker:
 
         self._write_run_files(config_dict or {})
 
-        names = list(dict.fromkeys(logging_cfg.backends))  # keep order, drop repeats
-        unknown = [n for n in names if n not in KNOWN_BACKENDS]
-        if unknown:
-            raise ValueError(f"logging.backends: unknown backend(s) {unknown}; choose from {list(KNOWN_BACKENDS)}")
+        names = list(dict.fromkeys(logging_cfg.backends))  # keep order, drop repeats (the section checked the names)
         self.backends: list = [JsonlBackend(run_dir)]  # always on
         if "console" in names:
             self.backends.append(ConsoleBackend(total_steps, logging_cfg.log_every, printer))

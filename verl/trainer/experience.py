@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.algorithms.advantages import compute_advantages
-from verl.algorithms.dapo import overlong_penalty
+from verl.algorithms.advantages import ESTIMATORS, compute_advantages
 from verl.algorithms.kl import apply_kl_in_reward, kl_penalty
 from verl.algorithms.masked import masked_mean, masked_whiten
 from verl.batch import Batch
@@ -29,16 +28,6 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     out = torch.zeros_like(response_mask, dtype=torch.float32)
     out.scatter_(1, last_token_index(response_mask).unsqueeze(1), scores.float().unsqueeze(1))
     return out * (response_mask.sum(dim=1, keepdim=True) > 0)
-
-
-def shape_scores(batch: Batch, algorithm_cfg, max_new_tokens: int) -> tuple[torch.Tensor, dict]:
-    """DAPO's soft overlong punishment added to the scores (when on)."""
-    op = algorithm_cfg.overlong_penalty
-    if not op.enable:
-        return batch.scores, {}
-    lengths = batch.response_mask.sum(dim=1)
-    penalty = overlong_penalty(lengths, max_new_tokens, op.buffer_len, op.penalty_factor)
-    return batch.scores + penalty, {"reward/overlong_penalty": float(penalty.mean())}
 
 
 def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float) -> tuple[Batch, dict]:
@@ -62,8 +51,8 @@ def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float) -> tuple[Batch, 
         a.adv_estimator, token_rewards=batch.token_level_rewards, values=batch.values,
         scores=batch.token_level_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
         group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo)
-    if a.adv_estimator == "gae":
-        advantages = masked_whiten(advantages, mask)  # PPO normalises advantages per batch
+    if ESTIMATORS[a.adv_estimator].whiten:  # gae: PPO normalises advantages per batch
+        advantages = masked_whiten(advantages, mask)
     batch.advantages, batch.returns = advantages, returns
     metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
     return batch, metrics

@@ -20,10 +20,9 @@ from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
 from verl.checkpoint.manager import CheckpointError, CheckpointManager
 from verl.checkpoint.durable_files import test_kill_point
-from verl.checkpoint.model_files import (check_lora_model, is_peft_model, load_module_weights, save_lora_adapters,
+from verl.checkpoint.model_files import (check_lora_model, load_module_weights, save_lora_adapters,
                                       save_model_folder, save_pretrained_into)
-from verl.checkpoint.resume import (prepare_run_dir, resolve_resume, restore_full_state, write_full_state,
-                                 write_run_state)
+from verl.checkpoint.resume import prepare_run_dir, resolve_resume, write_run_state
 from verl.checkpoint.run_folder import file_records
 from verl.checkpoint.run_lock import hold_run_folder
 from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpoint_write, note_checkpoint,
@@ -42,16 +41,10 @@ class RunHooks:
         self._lock.adopt(self, say=self._say)
         prepare_run_dir(trainer.output_dir, self.resume_point, warn=self._say)
         self.checkpoints = CheckpointManager(trainer.output_dir, cfg.checkpoint.keep_last)
-        if cfg.checkpoint.save_mode == "lora" and not is_peft_model(trainer.actor.model):
-            from verl.errors import ConfigError
-
-            raise ConfigError("checkpoint.save_mode: 'lora' (--save_lora) needs a LoRA actor (model.lora.rank > 0); "
-                              "the actor is a plain model")
         self.tracker = Tracker(cfg.logging, trainer.output_dir, cfg.to_dict(), total_steps=cfg.training.total_steps)
         self.progress = None
-        self.bad_steps = 0  # consecutive steps with a non-finite loss or gradient
-        self.skipped_steps = 0  # all such steps in the run (logged as training/skipped_steps)
-        self.last_good_step = 0
+        self.counters = trainer.counters  # global_step, bad-step streak, skipped steps (saved with the state)
+        self.state_io = trainer.backend.state_io  # the full-state layout of this backend
         self._full_saved_at = -1
         self._full_path = None  # the full checkpoint saved (or restored) at step _full_saved_at
         self.finished = False  # set by finish(); Trainer.train() stops on it
@@ -73,28 +66,22 @@ class RunHooks:
         if self._full_path:
             note_checkpoint(self._full_path)  # a forced stop names it as the last completed checkpoint
 
+    @property
+    def bad_steps(self) -> int:
+        """Consecutive steps with a non-finite loss or gradient so far (kept in the run's counters)."""
+        return self.counters.bad_steps
+
     # ------------------------------------------------------------------ resume
     def _restore(self) -> None:
         t, point = self.trainer, self.resume_point
         if point.path is not None:
-            counters = self._state_io()[1](t, point.path).get("counters", {})
-            self.bad_steps = int(counters.get("bad_steps", 0))
-            self.skipped_steps = int(counters.get("skipped_steps", 0))
-            self.last_good_step = int(counters.get("last_good_step", t.global_step))
+            self.state_io.restore_full_state(t.run_state, point.path)  # counters included
             self._full_saved_at, self._full_path = t.global_step, point.path
         elif point.finished:
             self._load_final_actor()
-            t.global_step = point.step
+            self.counters.global_step = point.step
         if point.note and not point.finished:
             self._say(point.note)
-
-    def _state_io(self):
-        """(write_full_state, restore_full_state) for this run: sharded files under Ray."""
-        if self.trainer.config.distributed.backend == "ray":
-            from verl.distributed import checkpoint as sharded
-
-            return sharded.write_full_state, sharded.restore_full_state
-        return write_full_state, restore_full_state
 
     def _load_final_actor(self) -> None:
         """A finished run without a full state at its last step: show the final actor."""
@@ -197,17 +184,18 @@ class RunHooks:
         step = self.trainer.global_step
         bad = (metrics.get("actor/nonfinite_updates", 0.0) > 0 or metrics.get("critic/nonfinite_updates", 0.0) > 0
                or not all(math.isfinite(metrics.get(k, 0.0)) for k in ("actor/pg_loss", "critic/vf_loss")))
+        c = self.counters
         if bad:
-            self.bad_steps += 1
-            self.skipped_steps += 1
+            c.bad_steps += 1
+            c.skipped_steps += 1
             self._say(f"warning: step {step}: non-finite loss or gradient norm; update skipped "
-                      f"({self.bad_steps} in a row, {self.skipped_steps} in this run)")
+                      f"({c.bad_steps} in a row, {c.skipped_steps} in this run)")
         else:
-            self.bad_steps = 0
-            self.last_good_step = step
+            c.bad_steps = 0
+            c.last_good_step = step
         metrics.setdefault("actor/nonfinite_updates", 0.0)  # no actor update during critic warm-up
-        metrics["training/skipped_steps"] = float(self.skipped_steps)
-        return self.bad_steps >= self.trainer.config.training.max_bad_steps
+        metrics["training/skipped_steps"] = float(c.skipped_steps)
+        return c.bad_steps >= self.trainer.config.training.max_bad_steps
 
     def _stop_diverged(self) -> None:
         from verl.trainer.errors import TrainingDiverged
@@ -218,10 +206,11 @@ class RunHooks:
         path = self.save_checkpoint("full", "diverged", prune=False)
         self.close()
         raise TrainingDiverged(
-            f"{self.bad_steps} steps in a row (steps {t.global_step - self.bad_steps + 1}..{t.global_step}) had NaN/Inf "
+            f"{self.counters.bad_steps} steps in a row (steps {t.global_step - self.counters.bad_steps + 1}.."
+            f"{t.global_step}) had NaN/Inf "
             "losses or gradients; likely causes: learning rate too high (training.lr), fp16 overflow (use "
             "model.dtype: bfloat16 or float32), a reward that returns huge values (check reward_fn), or no gradient "
-            f"clipping (training.grad_clip). Last good step: {self.last_good_step}; the state at the stop (bad "
+            f"clipping (training.grad_clip). Last good step: {self.counters.last_good_step}; the state at the stop (bad "
             f"updates dropped) is saved in {path}" + (f"; the checkpoint before it is {before}" if before else ""))
 
     def _stop_on_signal(self, name: str) -> None:
@@ -265,7 +254,7 @@ class RunHooks:
         t = self.trainer
         if kind == "full":
             def write(folder):
-                return self._state_io()[0](t, folder, reason)
+                return self.state_io.write_full_state(t.run_state, folder, reason)
         elif kind == "lora":
             def write(folder):
                 save_lora_adapters(t.actor.model, t.tokenizer, os.path.join(folder, "actor"))

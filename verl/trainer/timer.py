@@ -1,7 +1,13 @@
-"""Per-stage wall-clock timing, kept out of the trainer's step body."""
+"""Per-stage wall-clock timing, kept out of the trainer's step body.
+
+    class Trainer:
+        @stage("rollout")
+        def generate_experience(self, prompts): ...   # timed into self.timer as timing_s/rollout
+"""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -42,3 +48,13 @@ class StageTimer:
         out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
         out["timing_s/step"] = sum(self.seconds.values())
         return out
+
+
+def stage(name: str):
+    """Method decorator: each call is timed by the instance's `timer` (a StageTimer) as `name`."""
+    def decorate(method):
+        @functools.wraps(method)
+        def timed(self, *args, **kwargs):
+            return self.timer(name, method, self, *args, **kwargs)
+        return timed
+    return decorate

@@ -3,8 +3,11 @@
     rollout -> reward -> old/reference log-probs, values -> advantages
             -> critic update -> actor update -> sync weights into the rollout engine
 
-Everything else (timing, logging, health warnings, checkpoints) happens around the
-step in `_after_step`, so `step()` reads like the algorithm.
+Each stage is a method timed by @stage; what only some algorithms do (ReMax's greedy
+rollout, DAPO's group filtering, truncation masking) is decided by AlgorithmHooks; where the
+roles run is the backend's business (verl/backends). Everything else (logging, health
+warnings, checkpoints, stops) happens around the step in RunHooks (hooks.py), so `step()`
+reads like the algorithm.
 """
 
 from __future__ import annotations
@@ -13,52 +16,23 @@ import os
 
 import torch
 
-from verl.algorithms.dapo import dynamic_sampling_keep
 from verl.algorithms.kl import build_kl_controller
 from verl.algorithms.masked import masked_mean
+from verl.backends import build_backend
 from verl.batch import Batch
+from verl.checkpoint.full_state import RunState
+from verl.checkpoint.resume import resolve_resume
 from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
-from verl.models.loading import check_context_length, load_tokenizer, resolve_device, torch_dtype
+from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
 from verl.rollout.base import SamplingParams
-from verl.trainer.experience import add_advantages, policy_kl, shape_scores
-from verl.trainer.inputs import attach_inputs
-from verl.checkpoint.resume import resolve_resume
 from verl.signals import Interrupted
-from verl.trainer.timer import StageTimer
-from verl.workers.actor import Actor
-from verl.workers.critic import Critic
-from verl.workers.reference import Reference
-
-
-def build_rollout(config: Config, actor: Actor, tokenizer):
-    """The generation engine named by `rollout.name` (no silent fallback between them)."""
-    if config.rollout.name == "vllm":
-        from verl.rollout.vllm_rollout import VLLMRollout
-
-        return VLLMRollout.from_actor(actor.model, tokenizer, config)
-    from verl.rollout.hf_rollout import HFRollout
-
-    dtype = torch_dtype(config.model.dtype)
-    return HFRollout(actor.model, tokenizer, config.rollout, compute_dtype=None if dtype == torch.float32 else dtype)
-
-
-def build_critic(config: Config, device, actor: Actor, actor_tokenizer):
-    """A value model on its own backbone (one with a different tokenizer works on text), or a
-    value head on the actor's trunk (`critic.share_actor`)."""
-    c = config.critic
-    if c.share_actor:
-        from verl.workers.shared_critic import SharedCritic
-
-        return SharedCritic(config, actor)
-    if c.name:
-        critic_tok = load_tokenizer(c.name, "critic.name", c.trust_remote_code)
-        if critic_tok.get_vocab() != actor_tokenizer.get_vocab():
-            from verl.workers.text_critic import TextCritic
-
-            return TextCritic(config, device, actor_tokenizer)
-    return Critic(config, device)
+from verl.trainer.algorithm_hooks import AlgorithmHooks
+from verl.trainer.counters import RunCounters
+from verl.trainer.experience import add_advantages, policy_kl
+from verl.trainer.inputs import attach_inputs
+from verl.trainer.timer import StageTimer, stage
 
 
 class Trainer:
@@ -83,28 +57,28 @@ class Trainer:
                                                               self.inputs.val_rows)
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens,
                                            functions=self.inputs.functions)
-        a = cfg.algorithm
-        self.distributed = None
-        if cfg.distributed.backend == "ray":  # the same roles, run by Ray worker groups (verl.distributed)
-            from verl.distributed import build_distributed_workers
-
-            self.distributed = build_distributed_workers(cfg, self.tokenizer)
-            self.actor, self.reference, self.critic = (self.distributed.actor, self.distributed.reference,
-                                                       self.distributed.critic)
-            self.reward = self.distributed.reward or self.reward
-        else:
-            self.actor = Actor(cfg, self.device)
-            self.reference = Reference(cfg, self.device, self.actor.model) if (a.use_kl_in_reward or a.use_kl_loss) else None
-            self.critic = build_critic(cfg, self.device, self.actor, self.tokenizer) if a.adv_estimator == "gae" else None
-        self.rollout = (self.distributed and self.distributed.rollout) or build_rollout(cfg, self.actor, self.tokenizer)
-        self.kl_ctrl = build_kl_controller(a)
         self.sampling = SamplingParams.from_config(cfg.rollout)
+        self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling)  # the algorithm's special cases
+        # The roles, in this process or as Ray worker groups: the same methods either way.
+        self.backend = build_backend(cfg)
+        roles = self.backend.build_roles(cfg, self.tokenizer, self.device, self.reward)
+        self.actor, self.reference, self.critic = roles.actor, roles.reference, roles.critic
+        self.reward, self.rollout = roles.reward, roles.rollout
+        self.kl_ctrl = build_kl_controller(cfg.algorithm)
         self.timer = StageTimer()
-        self.global_step = 0
+        self.counters = RunCounters()
+        self._parts: dict = {}  # the current step's metrics, by stage
+        # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).
+        self.run_state = RunState(self.actor, self.critic, self.rollout, self.train_data, self.kl_ctrl,
+                                  self.counters, self.tokenizer, cfg)
         self.output_dir = cfg.checkpoint.save_dir
         from verl.trainer.hooks import RunHooks
 
         self.hooks = RunHooks(self)  # logging, checkpoints, and the restore of resume_point
+
+    @property
+    def global_step(self) -> int:
+        return self.counters.global_step
 
     # ------------------------------------------------------------------ the step
     def step(self) -> dict:
@@ -112,30 +86,19 @@ class Trainer:
         self.hooks.before_step()
         self.timer.reset()
         self._seed_step()
-        prompts = self.train_data.next_batch()
-        batch, gen_metrics = self.timer("rollout", self.generate_experience, prompts)        # 1-2. sample, score
+        batch, _ = self.generate_experience(self.train_data.next_batch())  # 1-2. sample, score
         self.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
-        pi_old_from_update = self._pi_old_from_update(batch)
-        if not pi_old_from_update:
-            batch.old_log_probs, entropy = self.timer("old_log_prob", self.actor.compute_log_probs, batch)  # 3.
-        if self.reference is not None:
-            batch.ref_log_probs = self.timer("ref_log_prob", self.reference.compute_log_probs, batch)
-        if self.critic is not None:
-            batch.values = self.timer("values", self.critic.compute_values, batch)
-        batch, adv_metrics = self.timer("advantages", add_advantages, batch, self.config.algorithm,
-                                        self.kl_ctrl.value)                                       # 4.
-        critic_metrics = self.timer("update_critic", self.critic.update, batch) if self.critic else {}  # 5.
-        actor_metrics = (self.timer("update_actor", self.actor.update, batch)                    # 6.
-                         if self.global_step >= self.config.algorithm.critic_warmup else {})
-        if pi_old_from_update:  # 3'. log pi_old (and the entropy) came from the update's own forward
-            batch.old_log_probs, entropy = self.actor.last_pi_old
-        sync_metrics = self.timer("update_weights", self.rollout.sync_weights, self.actor.model)  # 7.
+        self.compute_old_log_probs(batch)                                 # 3. log pi_old, log pi_ref, V
+        self.compute_ref_log_probs(batch)
+        self.compute_values(batch)
+        self.compute_advantages(batch)                                    # 4.
+        self.update_critic(batch)                                         # 5.
+        self.update_actor(batch)                                          # 6.
+        self.sync_weights()                                               # 7. new weights -> engine
         self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
-        self.global_step += 1
+        self.counters.global_step += 1
         self._last_batch = batch
-        metrics = self._summarize(batch, entropy, gen_metrics, adv_metrics, critic_metrics, actor_metrics,
-                                  sync_metrics)
-        return self.hooks.after_step(metrics)
+        return self.hooks.after_step(self._summarize(batch))
 
     def train(self) -> dict:
         """Run the remaining steps to `training.total_steps` with a progress bar."""
@@ -149,69 +112,73 @@ class Trainer:
         return metrics
 
     # ----------------------------------------------------------------- stages
+    @stage("rollout")
     def generate_experience(self, prompts: Batch) -> tuple[Batch, dict]:
-        """Sample n responses per prompt and score them. With dynamic sampling (DAPO),
-        groups whose rewards are all equal carry no signal: drop them and sample more
-        prompts until the batch is full or `max_rounds` extra rounds were spent."""
-        ds = self.config.algorithm.dynamic_sampling
+        """Sample n responses per prompt and score them; the algorithm may add rollouts (ReMax),
+        filter groups (DAPO) and mask responses. Returns the batch and the rollout metrics (also
+        kept for the step's metrics)."""
         batch = self._sample_and_score(prompts)
-        metrics = {}
-        if ds.enable:
-            want = len(batch)
-            keep = dynamic_sampling_keep(batch.scores, batch.group_id)
-            kept, dropped, rounds = [batch.select(keep)], int((~keep).sum()), 0
-            while sum(len(b) for b in kept) < want and rounds < ds.max_rounds:
-                rounds += 1
-                more = self._sample_and_score(self.train_data.next_batch())
-                keep = dynamic_sampling_keep(more.scores, more.group_id)
-                kept.append(more.select(keep))
-                dropped += int((~keep).sum())
-            merged = Batch.concat(kept)
-            if len(merged) >= want:
-                batch = merged.select(range(want))
-            elif len(merged) > 0:
-                # Out of rounds: train on the informative groups we have (whole groups only).
-                batch = merged
-            metrics.update({"rollout/dynamic_dropped": float(dropped), "rollout/dynamic_rounds": float(rounds)})
-        if self.config.algorithm.mask_truncated:
-            keep_rows = torch.tensor([0.0 if t else 1.0 for t in batch.truncated]).unsqueeze(1)
-            batch.response_mask = batch.response_mask * keep_rows
+        batch, metrics = self.algorithm.filter_groups(batch, lambda: self._sample_and_score(self.train_data.next_batch()))
+        self.algorithm.mask_responses(batch)
+        self._parts["rollout"] = metrics
         return batch, metrics
 
     def _sample_and_score(self, prompts: Batch) -> Batch:
         batch = self.rollout.generate(prompts, self.sampling)
-        batch.scores, self._reward_metrics = self.timer("reward", self.reward.score, batch)
-        if self.config.algorithm.adv_estimator == "remax":
-            # ReMax baseline: the reward of the greedy answer to the same prompt.
-            greedy = self.rollout.generate(prompts, self._greedy_sampling())
-            base, _ = self.timer("reward", self.reward.score, greedy)
-            batch.baseline_scores = base.repeat_interleave(self.sampling.n)
-        batch.scores, shaping = shape_scores(batch, self.config.algorithm, self.sampling.max_new_tokens)
-        self._reward_metrics.update(shaping)
+        batch.scores, self._reward_metrics = self.score(batch)
+        self.algorithm.extra_rollouts(prompts, batch, self.rollout, self.score)
+        self._reward_metrics.update(self.algorithm.shape_scores(batch, self.sampling.max_new_tokens))
         return batch
 
-    def _greedy_sampling(self) -> SamplingParams:
-        s = SamplingParams.from_config(self.config.rollout)
-        s.greedy, s.n = True, 1
-        return s
+    @stage("reward")
+    def score(self, batch: Batch):
+        return self.reward.score(batch)
 
-    def _pi_old_from_update(self, batch: Batch) -> bool:
-        """`training.old_log_probs_from_update`: with one optimizer step per batch, pi_old is the
-        policy the actor update starts from, so that update's first forward yields log pi_old
-        (detached: ratio 1, the same gradient) and the separate no-grad pass is skipped. Not when
-        something needs pi_old before the update (KL in the reward), the update is skipped
-        (critic warm-up), or the actor is sharded across processes."""
-        t, a = self.config.training, self.config.algorithm
-        return (t.old_log_probs_from_update and t.num_epochs == 1 and t.mini_batch_size >= len(batch)
-                and not a.use_kl_in_reward and self.global_step >= a.critic_warmup and self.distributed is None)
+    def compute_old_log_probs(self, batch: Batch) -> None:
+        """log pi_old now, unless (the algorithm allowing, the actor deciding) it comes from the
+        update's own first forward: then there is no stage to time."""
+        may_defer = self.algorithm.may_defer_pi_old(self.global_step)
+        if not self.actor.defers_old_log_probs(batch, may_defer):
+            self._old_log_probs(batch, may_defer)
+
+    @stage("old_log_prob")
+    def _old_log_probs(self, batch: Batch, may_defer: bool) -> None:
+        self.actor.compute_old_log_probs(batch, may_defer)
+
+    @stage("ref_log_prob")
+    def compute_ref_log_probs(self, batch: Batch) -> None:
+        if self.reference is not None:
+            batch.ref_log_probs = self.reference.compute_log_probs(batch)
+
+    @stage("values")
+    def compute_values(self, batch: Batch) -> None:
+        if self.critic is not None:
+            batch.values = self.critic.compute_values(batch)
+
+    @stage("advantages")
+    def compute_advantages(self, batch: Batch) -> None:
+        _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value)
+
+    @stage("update_critic")
+    def update_critic(self, batch: Batch) -> None:
+        self._parts["critic"] = self.critic.update(batch) if self.critic is not None else {}
+
+    @stage("update_actor")
+    def update_actor(self, batch: Batch) -> None:
+        self._parts["actor"] = self.actor.update(batch) if self.algorithm.updates_actor(self.global_step) else {}
+
+    @stage("update_weights")
+    def sync_weights(self) -> None:
+        self._parts["sync"] = self.rollout.sync_weights(self.actor.model)
 
     def _seed_step(self) -> None:
         """Each step's randomness derives from (seed, step): reruns and resumes sample alike."""
         torch.manual_seed(self.config.seed * 1_000_003 + self.global_step)
+        self._parts = {}  # metrics of the stages, by stage
 
     # ---------------------------------------------------------------- metrics
-    def _summarize(self, batch, entropy, *parts) -> dict:
-        mask = batch.response_mask
+    def _summarize(self, batch) -> dict:
+        mask, entropy = batch.response_mask, self.actor.last_entropy
         lengths = batch.attention_mask[:, batch.prompt_length:].sum(dim=1).float()
         n_tokens = float(batch.attention_mask.sum())
         m = {
@@ -229,8 +196,8 @@ class Trainer:
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
         m.update(self._reward_metrics)
-        for part in parts:
-            m.update(part)
+        for name in ("rollout", "advantages", "critic", "actor", "sync"):
+            m.update(self._parts.get(name) or {})
         m.update(self.timer.metrics())
         m["perf/tokens_per_s"] = n_tokens / max(m["timing_s/step"], 1e-9)
         m["perf/total_tokens"] = n_tokens

@@ -29,17 +29,12 @@ import torch
 import torch.nn.functional as F
 
 from verl.algorithms.entropy import entropy_from_logits
-
-
-def unwrap_hf(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model under a peft wrapper (LoRA layers stay injected)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
+from verl.models.lora import base_model
 
 
 def backbone_hidden(model: torch.nn.Module, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
     """Last hidden states (B, T, H) of a causal LM's trunk."""
-    hf = unwrap_hf(model)
+    hf = base_model(model)
     trunk = getattr(hf, hf.base_model_prefix)
     out = trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
                 **kwargs)
@@ -246,7 +241,7 @@ def head_log_probs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.T
 def lm_head(model: torch.nn.Module) -> torch.nn.Module:
     """The output projection of a causal LM. A LoRA-wrapped head (peft `target_modules`
     naming lm_head) is not supported here: peft's "all-linear" leaves the head alone."""
-    head = unwrap_hf(model).get_output_embeddings()
+    head = base_model(model).get_output_embeddings()
     if not isinstance(getattr(head, "weight", None), torch.Tensor) or hasattr(head, "lora_A"):
         raise NotImplementedError("the LM head must be a plain linear layer (do not put LoRA on lm_head)")
     return head

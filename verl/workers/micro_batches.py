@@ -1,4 +1,5 @@
-"""Forming micro-batches (by sequence count or by token budget) and trimming padding.
+"""Forming micro-batches (by sequence count or by token budget), trimming padding, and
+bringing one micro-batch onto the device for a forward pass.
 
 Losses are normalised by mini-batch-global token/sequence counts (see
 `verl.algorithms.aggregation`), so how a mini-batch is cut into micro-batches changes
@@ -7,11 +8,59 @@ memory and speed, never the gradient.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Optional
 
 import torch
 
 from verl.batch import Batch
+from verl.workers.optim import autocast_context
+from verl.workers.packing import pack_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatching:
+    """How every worker cuts a batch into forward/backward passes: `size` sequences each, or,
+    with `max_tokens`, as many as fit that token budget (counted packed or padded, see
+    `make_micro_batches`); `packed` also selects the padding-free forward. The
+    training.micro_batch_size / max_tokens_per_micro_batch / use_packed_samples triple."""
+
+    size: int
+    max_tokens: Optional[int] = None
+    packed: bool = False
+
+    @classmethod
+    def from_training(cls, training_cfg) -> "MicroBatching":
+        t = training_cfg
+        return cls(t.micro_batch_size, t.max_tokens_per_micro_batch, t.use_packed_samples)
+
+    def split(self, batch: Batch) -> list[Batch]:
+        return make_micro_batches(batch, self.size, self.max_tokens, self.packed)
+
+    def count(self, batch: Batch) -> int:
+        """How many micro-batches `batch` makes (0 for no rows)."""
+        return len(self.split(batch)) if len(batch) else 0
+
+    def halved(self) -> "MicroBatching":
+        """Micro-batches of half the token budget, or without one half the sequences (at
+        least 1): the retry after an out-of-memory error. Equal to self when nothing shrinks."""
+        if self.max_tokens:
+            return dataclasses.replace(self, max_tokens=max(1, self.max_tokens // 2))
+        return dataclasses.replace(self, size=max(1, self.size // 2))
+
+
+@contextlib.contextmanager
+def on_device(mb: Batch, device: torch.device, packed: bool, dtype: torch.dtype, compiled=None):
+    """The prelude of every forward over a micro-batch: padding trimmed, the packed row built
+    on the CPU side (no wait for the GPU), tensors copied without blocking, then the block
+    runs under autocast to `dtype` (and `compiled` layers, a `CompiledLayers`, when given).
+    Yields (mb on the device, PackedBatch on the device or None)."""
+    mb = trim_padding(mb)
+    pk = pack_batch(mb.input_ids, mb.attention_mask, mb.response_length).to(device) if packed else None
+    mb = batch_to_device(mb, device)
+    with autocast_context(device, dtype), (compiled.active() if compiled is not None else contextlib.nullcontext()):
+        yield mb, pk
 
 
 def seq_token_counts(batch: Batch) -> list[int]:

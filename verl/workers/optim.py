@@ -42,27 +42,45 @@ def build_scheduler(optimizer, training_cfg) -> torch.optim.lr_scheduler.LambdaL
     )
 
 
-def guarded_step(optimizer, params, grad_clip: float) -> tuple[float, bool]:
-    """Clip gradients and step, unless the gradient norm is NaN/Inf: then the update is
-    dropped (gradients zeroed) and reported, so one bad batch cannot poison the weights."""
-    norms, ok = guarded_joint_step([(optimizer, params)], grad_clip)
-    return norms[0], ok
-
-
-def guarded_joint_step(pairs, grad_clip: float) -> tuple[list[float], bool]:
-    """`guarded_step` for several (optimizer, params) pairs trained by one loss: each pair's
-    gradients are clipped on their own, and all step, or none does when any norm is NaN/Inf."""
+def guarded_step(pairs: dict, grad_clip: float) -> tuple[dict, bool]:
+    """Clip and step {role: (optimizer, params)} trained by one loss, unless a gradient norm is
+    NaN/Inf: then the update is dropped for all (gradients zeroed) and reported, so one bad
+    batch cannot poison the weights. Each role's gradients are clipped on their own.
+    Returns ({role: grad norm}, ok)."""
     max_norm = grad_clip if grad_clip > 0 else float("inf")
-    norms = []
-    for _, params in pairs:
+    norms = {}
+    for role, (_, params) in pairs.items():
         params = [p for p in params if p.requires_grad]
-        norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
-    ok = all(math.isfinite(n) for n in norms)
-    for optimizer, _ in pairs:
+        norms[role] = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    ok = all(math.isfinite(n) for n in norms.values())
+    for optimizer, _ in pairs.values():
         if ok:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return norms, ok
+
+
+class TrainingState:
+    """`state_dict()` / `load_state_dict()` of a trainable worker's non-weight state: AdamW
+    moments, learning-rate schedule and the mini-batch shuffler (`self.optimizer`,
+    `self.scheduler`, `self.generator`; the generator may be None). The weights are
+    `self.model`'s own, saved as Hugging Face folders."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    generator: torch.Generator | None
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.generator is not None:
+            state["generator"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.generator is not None:
+            self.generator.set_state(state["generator"])
 
 
 def autocast_context(device: torch.device, dtype: torch.dtype):

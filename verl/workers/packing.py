@@ -40,6 +40,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from verl.models.lora import base_model
+
 logger = logging.getLogger(__name__)
 
 ATTN_NAME = "verl_packed"
@@ -392,8 +394,7 @@ def prepare_packing(trunk: torch.nn.Module) -> str:
 
 def causal_lm_trunk(model: torch.nn.Module) -> torch.nn.Module:
     """The base model (e.g. Qwen2Model) inside a causal LM, under a peft wrapper if any."""
-    get_base = getattr(model, "get_base_model", None)
-    hf = get_base() if callable(get_base) else model
+    hf = base_model(model)
     return getattr(hf, hf.base_model_prefix)
 
 

@@ -60,15 +60,21 @@ def map_values_to_actor_tokens(critic_offsets: list[tuple[int, int]], prompt_cha
 class TextCritic(Critic):
     """Critic whose backbone has a different tokenizer or architecture than the actor."""
 
-    def __init__(self, config, device: torch.device, actor_tokenizer):
-        super().__init__(config, device)
-        c = config.critic
+    def __init__(self, model_cfg, critic_cfg, training_cfg, device: torch.device, micro, *, actor_tokenizer,
+                 **kwargs):
+        """As `Critic`, plus the actor's tokenizer (responses are re-rendered as text)."""
+        super().__init__(model_cfg, critic_cfg, training_cfg, device, micro, **kwargs)
+        c = critic_cfg
         self.critic_tokenizer = load_tokenizer(c.name, "critic.name", c.trust_remote_code)
         self.critic_tokenizer.padding_side = "right"
         self.critic_tokenizer.truncation_side = "left"  # keep the response end, where rewards sit
         self.actor_tokenizer = actor_tokenizer
         limit = getattr(self.model.trunk.config, "max_position_embeddings", 512)
         self.max_length = min(limit, 4096)
+
+    @classmethod
+    def from_config(cls, config, device: torch.device, actor_tokenizer, **kwargs) -> "TextCritic":
+        return super().from_config(config, device, actor_tokenizer=actor_tokenizer, **kwargs)
 
     def _forward(self, mb: Batch) -> tuple[Batch, torch.Tensor]:
         r = mb.response_length

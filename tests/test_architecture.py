@@ -1,0 +1,137 @@
+"""The package structure docs/architecture.md describes: no import cycle between packages, and
+the config's rules in one place.
+
+Packages are verl's subpackages (verl.config, verl.trainer, ...) and its top-level modules
+(verl.batch, verl.errors, ...). An edge A -> B is an `import` of B anywhere in A (module level or
+inside a function; `if TYPE_CHECKING:` imports are hints only and do not count), or a
+"verl.b.module:NAME" string in A: a registry entry (rollout engines, backends, config choices)
+that A imports by name at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections import defaultdict
+
+import verl
+
+ROOT = os.path.dirname(verl.__file__)
+REF = re.compile(r"verl(\.\w+)+:\w+")
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _type_checking_nodes(tree) -> set:
+    hidden = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden |= {id(n) for n in ast.walk(node)}
+    return hidden
+
+
+def package_edges() -> dict:
+    """{(A, B): ["file:line", ...]} for every cross-package dependency."""
+    edges = defaultdict(list)
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, os.path.dirname(ROOT))
+            module = rel[:-3].replace(os.sep, ".").removesuffix(".__init__")
+            src = _package(module)
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            hidden = _type_checking_nodes(tree)
+            for node in ast.walk(tree):
+                if id(node) in hidden:
+                    continue
+                targets = []
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "verl"]
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and REF.fullmatch(node.value):
+                    targets = [node.value.split(":")[0]]
+                for target in targets:
+                    if target.startswith("verl.") and _package(target) not in (src, "verl"):
+                        edges[(src, _package(target))].append(f"{rel}:{node.lineno}")
+    return edges
+
+
+def find_cycle(edges) -> list:
+    """One cycle of packages (a list), or [] when the graph has none."""
+    graph = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    state, stack = {}, []
+
+    def visit(v):
+        state[v] = "open"
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if state.get(w) == "open":
+                return stack[stack.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        stack.pop()
+        state[v] = "done"
+        return []
+
+    for v in sorted(graph):
+        if v not in state:
+            found = visit(v)
+            if found:
+                return found
+    return []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({("a", "b"): [], ("b", "c"): [], ("c", "a"): []}) == ["a", "b", "c", "a"]
+    assert find_cycle({("a", "b"): [], ("b", "c"): [], ("a", "c"): []}) == []
+
+
+def test_no_import_cycle_between_packages():
+    edges = package_edges()
+    assert ("verl.trainer", "verl.config") in edges  # the scan sees imports at all
+    assert ("verl.backends", "verl.distributed") in edges  # and registry strings
+    cycle = find_cycle(edges)
+    where = [f"{a} -> {b}: {', '.join(edges[(a, b)][:3])}" for a, b in zip(cycle, cycle[1:])]
+    assert not cycle, "import cycle between packages:\n" + "\n".join(where)
+
+
+def test_lower_layers_do_not_reach_up():
+    """The algorithm math, the config and the run-state files know nothing of the trainer or the
+    workers (they are handed the objects they act on); the config reads only the registries'
+    names (BACKENDS for distributed.backend)."""
+    edges = package_edges()
+    for low in ("verl.algorithms", "verl.config", "verl.checkpoint", "verl.rewards", "verl.models"):
+        for high in ("verl.trainer", "verl.workers", "verl.distributed", "verl.backends", "verl.cli"):
+            if (low, high) == ("verl.config", "verl.backends"):
+                assert all(w.startswith("verl/config/distributed.py:") for w in edges[(low, high)])  # its choices
+                continue
+            assert (low, high) not in edges, f"{low} imports {high}: {edges[(low, high)][:3]}"
+
+
+def test_config_error_raised_only_where_a_key_can_be_blamed_at_load_time():
+    """Checks of a single key's value live on its section; the modules that still raise
+    ConfigError are those that read files, import user code, translate real verl's keys or
+    check what only exists at load time (a model folder, an environment variable, a GPU)."""
+    allowed = {"config", "compat", "api.py", "inputs.py", "callables.py", "python_fn.py", "api.py", "resume.py",
+               "run_folder.py", "run_lock.py", "loading.py", "tiny.py", "lora.py", "rollout.py", "factory.py"}
+    offenders = []
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or "raise ConfigError" not in open(path, encoding="utf-8").read():
+                continue
+            rel = os.path.relpath(path, ROOT)
+            if rel.split(os.sep)[0] not in allowed and name not in allowed:
+                offenders.append(rel)
+    assert not offenders, offenders

@@ -1,0 +1,100 @@
+"""`algorithm` section: the estimator, the policy loss, KL placement and the DAPO extras.
+
+Keys left None are filled by the preset that `algorithm.name` names (verl/algorithms/presets.py,
+partial sections), then by the `unset` default declared here (apply_preset), before the
+section is checked: a user's explicit value always wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from verl.config.keys import Section, key
+from verl.errors import ConfigError
+
+
+@dataclass
+class KLControlConfig(Section):
+    SECTION = "algorithm.kl_ctrl"
+    type: str = key("fixed", choices=("fixed", "adaptive"))
+    target_kl: float = 0.1
+    horizon: int = key(10000, gt=0)
+
+
+@dataclass
+class DynamicSamplingConfig(Section):
+    SECTION = "algorithm.dynamic_sampling"
+    enable: Optional[bool] = key(None, unset=False)  # None -> on for the dapo preset, off otherwise
+    max_rounds: int = 4  # extra generation rounds before giving up filling the batch
+
+
+@dataclass
+class OverlongPenaltyConfig(Section):
+    SECTION = "algorithm.overlong_penalty"
+    enable: Optional[bool] = key(None, unset=False)  # None -> on for the dapo preset, off otherwise
+    buffer_len: int = 8  # penalty ramps over the last `buffer_len` tokens before the max
+    penalty_factor: float = 1.0
+
+
+@dataclass
+class AlgorithmConfig(Section):
+    SECTION = "algorithm"
+    # Preset that fills the keys below which the user did not set (verl/algorithms/presets.py)
+    name: str = key("ppo", choices="verl.algorithms.presets:PRESETS")
+    adv_estimator: Optional[str] = key(None, choices="verl.algorithms.advantages:ESTIMATORS")
+    gamma: float = key(1.0, unit="[0, 1]")
+    lam: float = key(0.95, unit="[0, 1]")
+    # KL to the reference policy
+    kl_coef: Optional[float] = key(None, ge=0, unset=0.0)  # coefficient when KL is in the reward
+    use_kl_in_reward: Optional[bool] = key(None, unset=False)
+    kl_ctrl: KLControlConfig = key(factory=KLControlConfig)
+    use_kl_loss: Optional[bool] = key(None, unset=False)
+    kl_loss_coef: Optional[float] = key(None, ge=0, unset=0.0)
+    kl_estimator: Optional[str] = key(None, choices="verl.algorithms.kl:KL_ESTIMATORS", unset="k1")
+    entropy_coeff: float = key(0.0, ge=0)
+    # Policy loss
+    policy_loss: Optional[str] = key(None, choices="verl.algorithms.policy_losses:POLICY_LOSSES", unset="ppo")
+    clip_ratio_low: Optional[float] = key(None, gt=0, unset=0.2)
+    clip_ratio_high: Optional[float] = key(None, gt=0)  # None -> clip_ratio_low (symmetric)
+    clip_ratio_c: float = 0.0  # dual-clip lower bound for negative advantages; 0 = off
+    loss_agg_mode: Optional[str] = key(None, choices="verl.algorithms.aggregation:LOSS_AGG_MODES",
+                                       unset="token-mean")
+    norm_adv_by_std_in_grpo: Optional[bool] = key(None, unset=True)
+    # Value side
+    cliprange_value: float = 0.2
+    critic_warmup: int = key(0, ge=0)  # steps during which only the critic trains
+    # DAPO extras
+    dynamic_sampling: DynamicSamplingConfig = key(factory=DynamicSamplingConfig)
+    overlong_penalty: OverlongPenaltyConfig = key(factory=OverlongPenaltyConfig)
+    mask_truncated: bool = False  # drop responses that hit max_new_tokens from the loss
+
+    def validate(self, path: str) -> None:
+        if self.clip_ratio_c and self.clip_ratio_c <= 1:
+            raise ConfigError(f"{path}.clip_ratio_c: dual-clip bound must be > 1 (or 0 = off), got {self.clip_ratio_c}")
+
+
+def apply_preset(algo: AlgorithmConfig) -> None:
+    """Fill the unset (None) keys of `algo` from its preset, then from the declared defaults,
+    and derive clip_ratio_high; then check the filled section."""
+    from verl.algorithms.presets import PRESETS
+
+    _fill(algo, PRESETS[algo.name])
+    if algo.clip_ratio_high is None:
+        algo.clip_ratio_high = algo.clip_ratio_low
+    algo.check(AlgorithmConfig.SECTION)
+
+
+def _fill(section: Section, partial: dict) -> None:
+    for name, value in partial.items():
+        current = getattr(section, name)
+        if isinstance(current, Section):
+            _fill(current, value)
+        elif current is None:
+            setattr(section, name, value)
+    for f in dataclasses.fields(section):
+        sub = getattr(section, f.name)
+        if isinstance(sub, Section) and f.name not in partial:
+            sub.fill_unset()
+    section.fill_unset()

@@ -1,0 +1,35 @@
+"""`data` section: where prompts come from and how they become model inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from verl.config.keys import Section, at_most, key
+from verl.config.rollout import MAX_TOKENS
+
+
+@dataclass
+class DataConfig(Section):
+    SECTION = "data"
+    train_files: list[str] = key(factory=list)  # jsonl / parquet paths
+    val_files: list[str] = key(factory=list, resume_safe=True)
+    # Written by the Python API for in-memory train_dataset / eval_dataset (never read as data):
+    # e.g. "datasets.Dataset rows=12 fingerprint=..."; a trainer built from a config that has one
+    # needs the data passed again (docs/python_api.md)
+    train_source: Optional[str] = None
+    val_source: Optional[str] = key(None, resume_safe=True)
+    prompts: list = key(factory=list)  # inline prompts (strings)
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    apply_chat_template: bool = True  # when the tokenizer has one
+    system_prompt: Optional[str] = None
+    max_prompt_length: int = key(128, ge=1)
+    truncation: str = key("filter", choices=("filter", "left", "right", "error"))
+    shuffle: bool = True
+    val_n: int = key(1, ge=1, resume_safe=True)  # samples per validation prompt (mean@n)
+    val_max_samples: int = key(256, resume_safe=True)
+    baseline_prompt: Optional[str] = key("Explain reinforcement learning in one sentence.", resume_safe=True)
+
+    def validate(self, path: str) -> None:
+        at_most(self.max_prompt_length, MAX_TOKENS, f"{path}.max_prompt_length", "no model's context is that long")

@@ -1,0 +1,61 @@
+"""`model` section: the policy's weights, precision and attention, and its LoRA adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from verl.config.keys import Section, key
+from verl.errors import ConfigError
+
+
+
+@dataclass
+class LoraConfig(Section):
+    SECTION = "model.lora"
+    rank: int = key(0, ge=0)  # 0 = LoRA off
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"  # "all-linear" or a list of module names
+
+
+@dataclass
+class ModelConfig(Section):
+    SECTION = "model"
+    type: str = key("huggingface", choices=("huggingface",))
+    # Hub name, local directory, or "tiny:<arch>" (a small random model built locally;
+    # arch in gpt2|llama|qwen2) -- the embedded default that runs with no downloads.
+    name: str = "tiny:gpt2"
+    tokenizer: Optional[str] = None  # defaults to `name`
+    gguf_file: Optional[str] = None  # a .gguf file inside `name` (or an absolute path)
+    dtype: str = key("float32", choices="verl.models.loading:DTYPES")  # parameters of the trained copy
+    use_flash_attention: bool = key(False, resume_safe=True)  # flash_attention_2 when installed, else an error
+    # auto | sdpa | eager | flash_attention_2. auto: PyTorch SDPA, except eager attention for
+    # bfloat16/float16 on the CPU, where SDPA's flash backward is ~2.5x slower than eager's matmuls
+    attn_implementation: str = key("auto", choices=("auto", "sdpa", "eager", "flash_attention_2"), resume_safe=True)
+    trust_remote_code: bool = key(False, resume_safe=True)
+    enable_gradient_checkpointing: bool = key(False, resume_safe=True)
+    # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
+    # activations; the first steps pay the compile time). Generation stays eager.
+    torch_compile: bool = key(False, resume_safe=True)
+    # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
+    # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward
+    # and backward on a model.dtype copy of the weights, gradients summed in float32, as FSDP and
+    # DeepSpeed mixed precision do: fewer casts, half the residual-stream traffic). The actor, in
+    # one process (a separate critic keeps autocast); the sharded actor always computes in
+    # model.dtype (FSDP's MixedPrecisionPolicy).
+    mixed_precision: str = key("autocast", choices=("autocast", "param_copy"))
+    lora: LoraConfig = key(factory=LoraConfig)
+
+    def validate(self, path: str) -> None:
+        if self.use_flash_attention and self.attn_implementation not in ("auto", "flash_attention_2"):
+            raise ConfigError(f"{path}.use_flash_attention: true contradicts {path}.attn_implementation: "
+                              f"{self.attn_implementation}; keep one of them")
+        if self.mixed_precision == "param_copy":
+            if self.dtype not in ("bfloat16", "float16"):
+                raise ConfigError(f"{path}.mixed_precision: param_copy computes in model.dtype, which is "
+                                  f"{self.dtype}; set model.dtype: bfloat16 (or mixed_precision: autocast)")
+            if self.lora.rank > 0:
+                raise ConfigError(f"{path}.mixed_precision: param_copy is for full fine-tuning; with "
+                                  "model.lora.rank > 0 the frozen base already runs in model.dtype (set "
+                                  "mixed_precision: autocast)")

@@ -1,0 +1,75 @@
+"""`rollout` section: sampling settings shared by every engine, and each engine's own knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from verl.config.keys import Section, at_most, key
+from verl.errors import ConfigError
+
+# Upper bounds for values that cannot fit a machine, refused before anything is built (a batch
+# of 1e20 prompts otherwise runs silently for minutes before running out of memory).
+MAX_SEQUENCES_PER_STEP = 2 ** 20  # training.batch_size x rollout.n
+MAX_TOKENS = 2 ** 20  # data.max_prompt_length, rollout.max_new_tokens (the model's context is checked at load)
+MAX_SEED = 2 ** 32 - 1  # numpy's seed range; torch seeds are derived as seed * 1_000_003 + step
+
+
+def check_seed(seed, key_path: str) -> None:
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{key_path}: {seed} is outside 0..{MAX_SEED} (the seed range numpy and torch share)")
+
+
+@dataclass
+class RolloutConfig(Section):
+    SECTION = "rollout"
+    name: str = key("hf", choices="verl.rollout.registry:ENGINES", resume_safe=True)
+    n: Optional[int] = key(None, ge=1)  # samples per prompt; None -> 1, or 4 for group estimators
+    batch_size: Optional[int] = key(None, ge=1, resume_safe=True)  # sequences per engine call (None = all)
+    max_new_tokens: int = key(32, ge=1)
+    temperature: float = key(1.0, ge=0)
+    top_p: float = key(1.0, unit="(0, 1]")
+    top_k: int = key(0, ge=0)  # 0 = off
+    stop: list[str] = key(factory=list)  # extra stop strings
+    seed: Optional[int] = None  # None -> top-level seed
+    # vLLM engine settings (seed section 5.2)
+    max_num_seqs: int = key(64, ge=1, resume_safe=True)
+    gpu_memory_utilization: float = key(0.5, unit="(0, 1]", resume_safe=True)
+    tensor_model_parallel_size: int = key(1, ge=1, resume_safe=True)
+    max_num_batched_tokens: Optional[int] = key(None, resume_safe=True)
+    # None -> max_prompt_length + max_new_tokens (also the HF static cache length)
+    max_model_len: Optional[int] = key(None, resume_safe=True)
+    enable_sleep_mode: bool = key(True, resume_safe=True)  # free KV cache while the actor trains (GPU only)
+    kv_cache_gb: float = key(1.0, gt=0, resume_safe=True)  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
+    # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
+    # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
+    enforce_eager: Optional[bool] = key(None, resume_safe=True)
+    # Truncated importance sampling: weight tokens by min(pi_old/pi_engine, cap); 0 = off
+    tis_cap: float = key(0.0, ge=0)
+    # Hugging Face backend (rollout.name: hf)
+    hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
+    # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)
+    cache_implementation: str = key("dynamic", choices=("dynamic", "static"))
+    # transformers: model.generate | verl: verl's own decode loop (static cache, one CUDA graph per decode step)
+    decode_loop: str = key("transformers", choices=("transformers", "verl"))
+
+    def validate(self, path: str) -> None:
+        at_most(self.max_new_tokens, MAX_TOKENS, f"{path}.max_new_tokens", "no model's context is that long")
+        at_most(self.n, MAX_SEQUENCES_PER_STEP, f"{path}.n", "samples per prompt must fit in memory")
+        check_seed(self.seed, f"{path}.seed")
+        # The Hugging Face backend's own keys, and the keys each needs.
+        if self.name != "hf" and self.hf_weight_copy:
+            raise ConfigError(f"{path}.hf_weight_copy: only for rollout.name: hf (got rollout.name: {self.name})")
+        if self.name != "hf" and self.cache_implementation != "dynamic":
+            raise ConfigError(f"{path}.cache_implementation: only for rollout.name: hf (got rollout.name: "
+                              f"{self.name})")
+        if self.decode_loop == "verl":
+            if self.name != "hf":
+                raise ConfigError(f"{path}.decode_loop: verl is the Hugging Face backend's loop (got rollout.name: "
+                                  f"{self.name})")
+            if not self.hf_weight_copy:
+                raise ConfigError(f"{path}.decode_loop: verl generates with the weight copy; set "
+                                  "rollout.hf_weight_copy: true")
+            if self.cache_implementation != "static":
+                raise ConfigError(f"{path}.decode_loop: verl decodes into a static KV cache; set "
+                                  "rollout.cache_implementation: static")

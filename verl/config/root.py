@@ -1,0 +1,148 @@
+"""The whole config: its sections, the two top-level keys, and the rules that involve more than
+one section (the only place those live), applied by `finalize()` after the preset."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+
+from verl.config.algorithm import AlgorithmConfig, apply_preset
+from verl.config.checkpoint import CheckpointConfig
+from verl.config.critic import CriticConfig
+from verl.config.data import DataConfig
+from verl.config.distributed import DistributedConfig
+from verl.config.keys import Section, at_most, key, resume_safe_keys
+from verl.config.logging_section import LoggingConfig
+from verl.config.model import ModelConfig
+from verl.config.reward_fn import RewardFnConfig
+from verl.config.rollout import MAX_SEQUENCES_PER_STEP, RolloutConfig, check_seed
+from verl.config.training import TrainingConfig
+from verl.errors import ConfigError
+
+
+@dataclass
+class Config(Section):
+    model: ModelConfig = key(factory=ModelConfig)
+    rollout: RolloutConfig = key(factory=RolloutConfig)
+    algorithm: AlgorithmConfig = key(factory=AlgorithmConfig)
+    training: TrainingConfig = key(factory=TrainingConfig)
+    reward_fn: RewardFnConfig = key(factory=RewardFnConfig)
+    critic: CriticConfig = key(factory=CriticConfig)
+    data: DataConfig = key(factory=DataConfig)
+    logging: LoggingConfig = key(factory=LoggingConfig)
+    checkpoint: CheckpointConfig = key(factory=CheckpointConfig)
+    distributed: DistributedConfig = key(factory=DistributedConfig)
+    seed: int = 42
+    device: str = key("auto", resume_safe=True)  # auto | cpu | cuda | cuda:N
+
+    def validate(self, path: str) -> None:
+        check_seed(self.seed, "seed")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"device: '{self.device}' is not one of auto, cpu, cuda, cuda:N")
+
+    def finalize(self) -> "Config":
+        """The preset, every section's checks (again: Python code may have changed a section
+        after it was built), then the cross-section rules and derived values below."""
+        apply_preset(self.algorithm)
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            if isinstance(section, Section):
+                section.check(f.name)
+        self.validate("")
+        check_cross_sections(self)
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def resume_safe_keys(cls) -> tuple[str, ...]:
+        """Keys that may change between a checkpoint and its resume (declared `resume_safe` on each
+        key, or RESUME_SAFE on a section): they do not change the training math."""
+        return tuple(resume_safe_keys(cls))
+
+    @property
+    def output_dir(self) -> str:
+        return self.checkpoint.save_dir  # resolved by finalize()
+
+
+def _default_output_dir(cfg: Config) -> str:
+    name = cfg.model.name.rstrip("/")
+    if name.startswith("tiny:"):
+        name = "tiny-" + name[len("tiny:"):]
+    return os.path.join("outputs", f"{os.path.basename(name)}-{cfg.algorithm.name}")
+
+
+def check_cross_sections(cfg: Config) -> None:
+    """Rules between sections, and the values derived from several of them."""
+    from verl.algorithms.advantages import ESTIMATORS
+
+    m, r, a, t, d, ck = cfg.model, cfg.rollout, cfg.algorithm, cfg.training, cfg.data, cfg.checkpoint
+    if cfg.critic.share_actor and cfg.distributed.backend == "ray":
+        raise ConfigError("critic.share_actor: not supported with distributed.backend: ray; "
+                          "use a separate critic there (critic.share_actor: false)")
+    # A static cache holds one dtype (verl.rollout.hf_rollout); full fine-tuning keeps float32
+    # master weights (a LoRA base loads in model.dtype).
+    if r.cache_implementation == "static" and not r.hf_weight_copy and m.lora.rank == 0 and m.dtype != "float32":
+        raise ConfigError(f"rollout.cache_implementation: static under model.dtype: {m.dtype} autocast over the "
+                          f"actor's float32 weights needs rollout.hf_weight_copy: true")
+
+    # Samples per prompt: group estimators compare a prompt's samples.
+    group = ESTIMATORS[a.adv_estimator].compares_group
+    if r.n is None:
+        r.n = 4 if group else 1
+    if group and r.n < 2:
+        raise ConfigError(f"rollout.n: {a.adv_estimator} compares samples within a group, so it needs n >= 2, "
+                          f"got {r.n}")
+    if r.seed is None:
+        r.seed = cfg.seed
+    if r.max_model_len is None:
+        r.max_model_len = d.max_prompt_length + r.max_new_tokens
+    if r.max_model_len < d.max_prompt_length + r.max_new_tokens:
+        raise ConfigError(f"rollout.max_model_len: {r.max_model_len} is shorter than data.max_prompt_length + "
+                          f"rollout.max_new_tokens = {d.max_prompt_length + r.max_new_tokens}")
+    if t.critic_lr is None:
+        t.critic_lr = 10 * t.lr
+
+    # Batch arithmetic: sequences per step = prompts x samples; it must split evenly into
+    # optimizer mini-batches, and those into micro-batches (no silent zero accumulation).
+    seqs = t.batch_size * r.n
+    at_most(seqs, MAX_SEQUENCES_PER_STEP, "training.batch_size",
+            f"prompts per step x rollout.n {r.n} sequences must fit in memory")
+    if t.mini_batch_size is None:
+        t.mini_batch_size = seqs
+    if seqs % t.mini_batch_size:
+        raise ConfigError(f"training.mini_batch_size: {t.mini_batch_size} does not divide the {seqs} sequences per "
+                          f"step (training.batch_size {t.batch_size} x rollout.n {r.n})")
+    if t.micro_batch_size > t.mini_batch_size or t.mini_batch_size % t.micro_batch_size:
+        raise ConfigError(f"training.micro_batch_size: {t.micro_batch_size} must divide training.mini_batch_size "
+                          f"{t.mini_batch_size}")
+
+    if cfg.distributed.backend == "ray":
+        _check_ray(cfg)
+    if ck.save_mode == "lora" and m.lora.rank == 0:
+        raise ConfigError("checkpoint.save_mode: 'lora' needs model.lora.rank > 0")
+    if ck.save_dir is None:
+        ck.save_dir = _default_output_dir(cfg)
+
+
+def _check_ray(cfg: Config) -> None:
+    """What `distributed.backend: ray` cannot do, refused when the config loads (before Ray starts)."""
+    m, t, d = cfg.model, cfg.training, cfg.distributed
+    unsupported = [("model.lora.rank > 0", m.lora.rank > 0), ("model.torch_compile", m.torch_compile),
+                   ("training.use_packed_samples", t.use_packed_samples),
+                   ("training.offload_optimizer", t.offload_optimizer),
+                   ("training.offload_idle_models", t.offload_idle_models)]
+    for key_name, on in unsupported:
+        if on:
+            raise ConfigError(f"{key_name}: not supported with distributed.backend: ray yet (FSDP shards the "
+                              "weights and optimizer instead); turn it off or use distributed.backend: none")
+    if d.rollout == "workers" and cfg.rollout.name != "vllm":
+        raise ConfigError("distributed.rollout: 'workers' runs one vLLM engine per replica; set rollout.name: vllm "
+                          "(or distributed.rollout: driver)")
+    ranks = d.nnodes * d.devices_per_node
+    if t.mini_batch_size < ranks:
+        raise ConfigError(f"training.mini_batch_size: {t.mini_batch_size} sequences cannot feed {ranks} "
+                          "data-parallel ranks (each rank needs at least one per mini-batch)")

@@ -1,0 +1,39 @@
+"""`training` section: steps, batch arithmetic, optimizer, and the memory/speed switches of the update."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from verl.config.keys import Section, key
+
+
+@dataclass
+class TrainingConfig(Section):
+    SECTION = "training"
+    total_steps: int = key(20, ge=1, resume_safe=True)
+    batch_size: int = key(8, ge=1)  # prompts per step
+    num_epochs: int = key(1, ge=1)  # passes over each rollout batch (PPO epochs)
+    mini_batch_size: Optional[int] = key(None, ge=1)  # sequences per optimizer step; None = whole batch
+    micro_batch_size: int = key(4, ge=1, resume_safe=True)  # sequences per forward/backward
+    max_tokens_per_micro_batch: Optional[int] = key(None, ge=1, resume_safe=True)  # token-budget micro-batching
+    use_packed_samples: bool = key(False, resume_safe=True)
+    grad_clip: float = key(1.0, ge=0)
+    lr: float = key(1e-5, gt=0)
+    critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr
+    weight_decay: float = key(0.0, ge=0)
+    lr_scheduler: str = key("constant", choices=("constant", "linear", "cosine"))
+    warmup_steps: int = key(0, ge=0)
+    val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
+    # wall-clock budget for this process; the step that crosses it is the last (0 = none)
+    max_minutes: float = key(0.0, ge=0, resume_safe=True)
+    max_bad_steps: int = key(3, ge=1, resume_safe=True)  # consecutive NaN/Inf steps before training stops
+    logprob_chunk_size: int = key(1024, ge=1, resume_safe=True)  # tokens per chunk when computing log-probs/entropy
+    # Keep the update's logits ((response tokens, vocab) in model.dtype) for its backward instead of
+    # recomputing them chunk by chunk: faster, 2 bytes x vocab more memory per response token in bf16
+    logprob_keep_logits: bool = key(False, resume_safe=True)
+    # One optimizer step per batch (num_epochs 1, one mini-batch, no KL in the reward): pi_old is the
+    # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
+    old_log_probs_from_update: bool = True
+    offload_optimizer: bool = key(False, resume_safe=True)
+    offload_idle_models: bool = key(False, resume_safe=True)
