@@ -28,7 +28,6 @@ computes old log-probs, and peak GPU memory per variant.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -233,21 +232,13 @@ def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=Fals
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true", help="small CPU-sized problem (tiny-qwen2)")
-    ap.add_argument("--arch", default="qwen2-1.5b", choices=sorted(common.ARCHS))
+    ap = common.arg_parser(__doc__, "device", "tiny", "arch", "prompt_len", "response_len", "micro_batch", "budget",
+                           "chunk", tiny={"help": "small CPU-sized problem (tiny-qwen2)"},
+                           out={"help": "directory for actor_update.json / .md"},
+                           dtype={"default": None, "help": "model.dtype (default: bfloat16 on CUDA, float32 on the CPU)"},
+                           repeats={"default": 2, "help": "timed updates after one warm-up"})
     ap.add_argument("--batch", type=int, default=64, help="sequences per update")
-    ap.add_argument("--prompt-len", type=int, nargs=2, default=[128, 512])
-    ap.add_argument("--response-len", type=int, nargs=2, default=[64, 2048])
-    ap.add_argument("--micro-batch", type=int, default=8, help="padded: sequences per micro-batch")
-    ap.add_argument("--budget", type=int, default=16384, help="max_tokens_per_micro_batch")
-    ap.add_argument("--chunk", type=int, default=4096, help="logprob_chunk_size")
-    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                    help="model.dtype (default: bfloat16 on CUDA, float32 on the CPU)")
-    ap.add_argument("--repeats", type=int, default=2, help="timed updates after one warm-up")
     ap.add_argument("--variants", nargs="+", default=["padded", "padded+budget", "packed"], choices=list(VARIANTS))
-    ap.add_argument("--out", default=None, help="directory for actor_update.json / .md")
     ap.add_argument("--profile", action="store_true", help="also write profile_<variant>.txt (top kernels) to --out")
     args = ap.parse_args(argv)
     if args.tiny:

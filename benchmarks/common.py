@@ -1,5 +1,6 @@
-"""Shared pieces of the benchmarks: machine facts, real architecture configs with random
-weights, FLOP counting, timing, and writing a table + JSON.
+"""The one harness of the benchmarks: machine facts, real architecture configs with random
+weights, FLOP counting, timing (`timed`, `timed_interleaved`), the shared command-line flags
+(`arg_parser`) and the results writer (`write_results`: a table, JSON and Markdown).
 
 Every benchmark runs on a CPU with `--device cpu --tiny` (small sizes, seconds) and on a GPU
 with real sizes. Figures are only comparable within one run: each script measures all its
@@ -8,11 +9,13 @@ variants in the same process, on the same inputs.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import gc
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -114,11 +117,12 @@ def synthetic_tokenizer(vocab_size: int):
 
 def save_random_model(arch: str, path: str, dtype=torch.bfloat16) -> str:
     """A random `arch` model + `synthetic_tokenizer` written as a Hugging Face folder (for
-    engines that load from disk: vLLM; TRL and verl load it the same way). Built once."""
+    engines that load from disk: vLLM; TRL and verl load it the same way). Built once, on the
+    GPU where there is one (random init of 1.5B parameters takes a minute on a CPU)."""
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         return path
     tok = synthetic_tokenizer(ARCHS[arch]["vocab_size"])
-    model = build_model(arch, "cpu", dtype)
+    model = build_model(arch, "cuda" if torch.cuda.is_available() else "cpu", dtype)
     for cfg in (model.config, model.generation_config):
         cfg.eos_token_id = tok.eos_token_id
         cfg.pad_token_id = tok.pad_token_id
@@ -127,6 +131,8 @@ def save_random_model(arch: str, path: str, dtype=torch.bfloat16) -> str:
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     os.replace(tmp, path) if not os.path.exists(path) else None
+    del model
+    free_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # the workers need the GPU
     return path
 
 
@@ -246,6 +252,18 @@ def timed(fn: Callable, device, repeats: int = 1) -> tuple[list[float], object]:
     return times, out
 
 
+def timed_interleaved(fns: dict, rounds: int, device=None) -> dict:
+    """Round-robin timing: every round calls each fn once, in order (a burst of load on a shared
+    machine then lands on every path, not on one). Returns {name: (last output, median seconds,
+    all seconds)}."""
+    outs, times = {}, {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t, outs[name] = timed(fn, device)
+            times[name] += t
+    return {name: (outs[name], statistics.median(times[name]), times[name]) for name in fns}
+
+
 def free_memory(device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -268,22 +286,94 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join([line, sep] + body)
 
 
-def write_results(out_dir: str, name: str, info: dict, rows: list[dict], columns: list[str], extra: dict = None,
+def write_results(out: str, name: str, info: dict, rows: list[dict], columns: list[str], extra: dict = None,
                   notes: str = "", quiet: bool = False) -> str:
-    """Print the table and write `<name>.json` and `<name>.md` under `out_dir` (called after
-    every row with quiet=True, so a run stopped midway keeps what it measured)."""
+    """Print the table and write `<name>.json` and `<name>.md` under the folder `out`, or, when
+    `out` ends in `.json`, that file and the `.md` beside it (called after every row with
+    quiet=True, so a run stopped midway keeps what it measured)."""
     table = format_table(rows, columns)
     header = f"## {name}\n\n{info.get('date')} | {info.get('gpu') or info.get('cpu')} | torch {info.get('torch')}\n\n"
     text = header + table + ("\n\n" + notes if notes else "") + f"\n\ncommand: `{info.get('command')}`\n"
     if not quiet:
         print("\n" + text, flush=True)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, f"{name}.json"), "w") as fh:
+    if out:
+        json_path = out if out.endswith(".json") else os.path.join(out, f"{name}.json")
+        os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+        with open(json_path, "w") as fh:
             json.dump(dict(benchmark=name, machine=info, rows=rows, **(extra or {})), fh, indent=2, default=str)
-        with open(os.path.join(out_dir, f"{name}.md"), "w") as fh:
+        with open(json_path[:-len(".json")] + ".md", "w") as fh:
             fh.write(text)
     return table
+
+
+# ---------------------------------------------------------------------------
+# Command line: the flags every benchmark shares
+# ---------------------------------------------------------------------------
+
+# name -> (option strings, add_argument keywords). A script names the ones it takes and may
+# change a keyword (`arch="qwen2-1.5b"` sets the default, `tiny={"help": ...}` any keyword).
+SHARED_FLAGS = {
+    "device": (["--device"], dict(default="auto", help="cpu | cuda | auto (cuda when there is one)")),
+    "tiny": (["--tiny"], dict(action="store_true", help="small CPU-sized problem (seconds)")),
+    "arch": (["--arch"], dict(default="qwen2-1.5b", choices=sorted(ARCHS),
+                              help="architecture of a real model, built with random weights")),
+    "model": (["--model"], dict(default="tiny:llama",
+                                help="model folder, tiny:ARCH (verl's tiny models), or random:ARCH (an --arch name; "
+                                     "random:smollm2 = random:smollm2-135m)")),
+    "dtype": (["--dtype"], dict(default="bfloat16", choices=["bfloat16", "float32"], help="compute dtype")),
+    "threads": (["--threads"], dict(type=int, default=0,
+                                    help="torch intra-op threads (0: PyTorch's default); 1 keeps CPU timings sane on "
+                                         "a busy machine")),
+    "prompt_len": (["--prompt-len"], dict(type=int, nargs=2, default=[128, 512], metavar=("MIN", "MAX"),
+                                          help="prompt lengths, uniform in [MIN, MAX]")),
+    "response_len": (["--response-len"], dict(type=int, nargs=2, default=[64, 2048], metavar=("MIN", "MAX"),
+                                              help="response lengths, uniform in [MIN, MAX]")),
+    "max_new_tokens": (["--max-new-tokens", "--max_new_tokens"], dict(type=int, default=128,
+                                                                      help="new tokens per sequence")),
+    "micro_batch": (["--micro-batch"], dict(type=int, default=8, help="training.micro_batch_size (padded)")),
+    "budget": (["--budget"], dict(type=int, default=16384, help="training.max_tokens_per_micro_batch")),
+    "chunk": (["--chunk"], dict(type=int, default=4096, help="training.logprob_chunk_size")),
+    "repeats": (["--repeats"], dict(type=int, default=3, help="timed repetitions after one warm-up")),
+    "out": (["--out"], dict(default=None, help="folder for <benchmark>.json / .md (or a path ending in .json)")),
+}
+
+
+def arg_parser(doc: str, *names: str, **changed) -> argparse.ArgumentParser:
+    """An ArgumentParser with the shared flags `names` (keys of SHARED_FLAGS, in that order)
+    plus those named in `changed`; a value there is the flag's new default, or a dict of
+    add_argument keywords to change. The script then adds its own flags."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in list(names) + [n for n in changed if n not in names]:
+        flags, kwargs = SHARED_FLAGS[name]
+        kwargs = dict(kwargs)
+        change = changed.get(name)
+        if isinstance(change, dict):
+            kwargs.update(change)
+        elif name in changed:
+            kwargs["default"] = change
+        ap.add_argument(*flags, **kwargs)
+    return ap
+
+
+def resolve_model(name: str, cache: Optional[str] = None) -> str:
+    """A model folder for `--model`: tiny:ARCH -> a verl tiny model with head size 32 (vLLM's CPU
+    kernels need >= 32); random:ARCH -> `save_random_model(ARCH)` (random weights of a real
+    architecture, synthetic tokenizer); anything else is a path."""
+    from verl.models.tiny import build_tiny_model, cache_root
+
+    if name.startswith("tiny:"):
+        arch = name[len("tiny:"):]
+        out = os.path.join(cache_root(), "tiny-h128", arch)
+        if not os.path.exists(os.path.join(out, "config.json")):
+            build_tiny_model(arch, out, hidden=128, pretrain_steps=0)
+        return out
+    if name.startswith("random:"):
+        arch = {"smollm2": "smollm2-135m"}.get(name[len("random:"):], name[len("random:"):])
+        if arch not in ARCHS:
+            raise SystemExit(f"--model {name}: unknown architecture {arch!r}; one of {', '.join(sorted(ARCHS))}")
+        cache = cache or os.path.join(cache_root(), "random-archs")
+        return save_random_model(arch, os.path.join(cache, arch))
+    return os.path.expanduser(name)
 
 
 def resolve_device(name: str) -> torch.device:

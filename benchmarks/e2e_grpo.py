@@ -17,7 +17,13 @@ Systems:
                      float32, the values bf16, and the static cache takes one dtype
     verl-hf-graph    the copy, the static cache and rollout.decode_loop=verl: verl's own decode loop over the
                      same transformers model (one CUDA graph per decode step) instead of model.generate
-    verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step)
+    verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step), everything
+                     else at verl's defaults unless a verl flag below is given (micro-batching, packing,
+                     sleep mode, memory fraction, log-prob chunking: the defaults decide)
+    trl-vllm         TRL GRPOTrainer with use_vllm=True, vllm_mode="colocate" (its fast path on a GPU), all
+                     else at TRL's defaults (gradient checkpointing on, vLLM at 0.3 of the GPU memory,
+                     one micro-batch of all completions as per_device_train_batch_size); completions run to
+                     the full length through vLLM's ignore_eos, as verl's do
     trl              TRL GRPOTrainer, transformers generate (its default), SDPA attention
     trl-eager        TRL with eager attention (model_init_kwargs attn_implementation="eager"), the attention
                      verl picks for bf16 on the CPU (model.attn_implementation auto): there TRL's update runs
@@ -27,15 +33,26 @@ Systems:
                      model_init_kwargs={"dtype": "bfloat16"}; weights, gradients and AdamW states all
                      bf16) with cache_implementation="static"
 
+Not a system here: real verl (PyPI `verl` 0.9.x). It pins vllm==0.24.0 and torch 2.11 and resolves
+to 127 wheels for Python 3.12 (vllm 0.24.0, ray 2.60.0, flashinfer-cubin, ...), beside the 87 that
+vLLM 0.26 + TRL need; see docs/performance.md for why it was not run on the H200.
+
 tokens/s = (prompt + completion tokens of the step) / step seconds. Columns: rollout_s is
-generation (TRL: time inside the model's generate), update_s the policy update (TRL: the
-rest of its step), old_logprob_s verl's no-grad forward for pi_old, sync_s the weight sync.
+generation (TRL: time inside the model's generate, or inside its vLLM generate), update_s the
+policy update (TRL: the rest of its step), old_logprob_s verl's no-grad forward for pi_old,
+sync_s the weight sync (TRL+vLLM: its sync_weights). x_trl_vllm = tokens/s over trl-vllm's.
 
     python benchmarks/e2e_grpo.py --device cpu --tiny                       # seconds
     python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl trl-eager --threads 1 \
         --keep-logits --compile --vllm-compile                              # CPU figure (minutes)
     python benchmarks/e2e_grpo.py --device cuda --systems verl-hf verl-hf-copy verl-hf-static verl-hf-graph trl \
         trl-static trl-bf16-static
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --prompts 16 --group 8 \
+        --max-new-tokens 128                                                # (a) H200, vLLM on both sides
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
+        --group 8 --max-new-tokens 512                                      # (b)
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-7b --lora-rank 16 \
+        --prompts 16 --group 8 --max-new-tokens 512                         # (c) LoRA
 TRL is imported only by its worker, never by verl.
 """
 
@@ -56,8 +73,8 @@ import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl", "trl-eager", "trl-static",
-           "trl-bf16-static")
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl-vllm", "trl", "trl-eager",
+           "trl-static", "trl-bf16-static")
 # verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation, rollout.decode_loop)
 VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic", "transformers"), "verl-hf-copy": (True, "dynamic", "transformers"),
                    "verl-hf-static": (True, "static", "transformers"), "verl-hf-graph": (True, "static", "verl")}
@@ -89,28 +106,9 @@ def worker_verl(args) -> dict:
 
     device = common.resolve_device(args.device)
     total = args.warmup + args.steps
-    rollout = "vllm" if args.system == "verl-vllm" else "hf"
-    hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
-    cfg = config_from_dict({
-        "device": str(device),
-        "model": {"name": args.model_path, "dtype": args.dtype, "torch_compile": args.compile,
-                  "mixed_precision": "param_copy" if args.param_copy else "autocast"},
-        "algorithm": {"name": "grpo", "use_kl_loss": False, "loss_agg_mode": "token-mean"},
-        "rollout": {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
-                    "top_p": 1.0, "top_k": 0, "max_num_seqs": max(64, args.prompts * args.group),
-                    "gpu_memory_utilization": 0.3, "kv_cache_gb": 1.0, "enable_sleep_mode": False,
-                    "enforce_eager": False if args.vllm_compile else None,
-                    "hf_weight_copy": hf_copy, "cache_implementation": cache, "decode_loop": decode_loop},
-        "training": {"total_steps": total + 10, "batch_size": args.prompts, "micro_batch_size": args.micro_batch,
-                     "lr": 1e-6, "use_packed_samples": args.packed, "logprob_chunk_size": 4096,
-                     "logprob_keep_logits": args.keep_logits},
-        "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
-        "data": {"prompts": make_prompts(args.prompts * (total + 1), args.prompt_words), "apply_chat_template": False,
-                 "max_prompt_length": 1024, "shuffle": False, "baseline_prompt": None},
-        "logging": {"backends": [], "progress_bar": False},
-        "checkpoint": {"save_dir": tempfile.mkdtemp(prefix="verl-bench-")},
-    })
+    cfg = config_from_dict(verl_config(args, device, total))
     trainer = create_trainer(cfg)
+    rollout = cfg.rollout.name
     if rollout == "vllm":
         trainer.rollout.extra_sampling_kwargs = {"ignore_eos": True}
     else:  # the module that generates (the actor's, or the copy, which shares its generation config)
@@ -122,10 +120,60 @@ def worker_verl(args) -> dict:
         wall = time.perf_counter() - t0
         steps.append(dict(step=i, wall_s=wall, tokens=m["perf/total_tokens"],
                           completion_len=m["response_length/mean"],
-                          stages={k.split("/", 1)[1]: round(v, 3) for k, v in m.items() if k.startswith("timing_s/")}))
+                          stages={k.split("/", 1)[1]: round(v, 3) for k, v in m.items() if k.startswith("timing_s/")},
+                          engine={k: round(v, 3) for k, v in m.items() if k.startswith("rollout/") and
+                                  isinstance(v, (int, float))},
+                          peak_gib=common.peak_gib(device)))
     del trainer
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return dict(steps=steps)
+
+
+def verl_config(args, device, total: int) -> dict:
+    """The work (model, algorithm, sampling, batch, reward, data) plus only the verl options a
+    flag asked for: every other key keeps verl's default (micro-batching, packing, sleep mode,
+    vLLM memory fraction, log-prob chunking). rollout.max_num_seqs is the batch's sequence count,
+    as TRL sizes its engine (verl's default 64 would split a step's generation into waves)."""
+    rollout = "vllm" if args.system == "verl-vllm" else "hf"
+    hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
+    model = {"name": args.model_path, "dtype": args.dtype}
+    training = {"total_steps": total + 10, "batch_size": args.prompts, "lr": 1e-6}
+    rollout_cfg = {"name": rollout, "n": args.group, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+                   "top_p": 1.0, "top_k": 0, "max_num_seqs": args.prompts * args.group}
+    if rollout == "hf":
+        rollout_cfg.update(hf_weight_copy=hf_copy, cache_implementation=cache, decode_loop=decode_loop)
+    for on, section, key, value in ((args.compile, model, "torch_compile", True),
+                                    (args.param_copy, model, "mixed_precision", "param_copy"),
+                                    (args.lora_rank, model, "lora", {"rank": args.lora_rank, "alpha": 2 * args.lora_rank}),
+                                    (args.micro_batch, training, "micro_batch_size", args.micro_batch),
+                                    (args.packed, training, "use_packed_samples", True),
+                                    (args.keep_logits, training, "logprob_keep_logits", True),
+                                    (args.vllm_compile, rollout_cfg, "enforce_eager", False)):
+        if on:
+            section[key] = value
+    for item in args.verl_set or []:  # --verl-set rollout.enable_sleep_mode=false ...
+        key, _, value = item.partition("=")
+        section_name, _, leaf = key.partition(".")
+        section = {"model": model, "training": training, "rollout": rollout_cfg}[section_name]
+        section[leaf] = yaml_value(value)
+    return {
+        "device": str(device),
+        "model": model,
+        "algorithm": {"name": "grpo", "use_kl_loss": False, "loss_agg_mode": "token-mean"},
+        "rollout": rollout_cfg,
+        "training": training,
+        "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
+        "data": {"prompts": make_prompts(args.prompts * (total + 1), args.prompt_words), "apply_chat_template": False,
+                 "max_prompt_length": 1024, "shuffle": False, "baseline_prompt": None},
+        "logging": {"backends": [], "progress_bar": False},
+        "checkpoint": {"save_dir": tempfile.mkdtemp(prefix="verl-bench-")},
+    }
+
+
+def yaml_value(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def worker_trl(args) -> dict:
@@ -147,54 +195,65 @@ def worker_trl(args) -> dict:
                          "attn_implementation": "eager" if args.system == "trl-eager" else "sdpa"}
     prompts = make_prompts(args.prompts * (total + 1), args.prompt_words)
     steps: list[dict] = []
-    gen_s = [0.0]
+    gen_s, sync_s = [0.0], [0.0]
 
-    def time_generate(model):  # TRL calls the model's own generate: time its rollout part
-        generate = model.generate
-
-        def timed_generate(*a, **kw):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = generate(*a, **kw)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            gen_s[0] += time.perf_counter() - t0
+    def time_call(fn, acc):  # seconds spent inside fn (device synchronised), summed into acc[0]
+        def timed_fn(*a, **kw):
+            times, out = common.timed(lambda: fn(*a, **kw), device)
+            acc[0] += times[0]
             return out
 
-        model.generate = timed_generate
+        return timed_fn
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            gen_s[0] = 0.0
+            common.sync(device)
+            gen_s[0] = sync_s[0] = 0.0
             self.t0 = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            common.sync(device)
             wall = time.perf_counter() - self.t0
-            steps.append(dict(step=len(steps), wall_s=wall, stages={"rollout": gen_s[0], "rest": wall - gen_s[0]}))
+            steps.append(dict(step=len(steps), wall_s=wall,
+                              stages={"rollout": gen_s[0], "update_weights": sync_s[0],
+                                      "rest": wall - gen_s[0] - sync_s[0]},
+                              peak_gib=common.peak_gib(device)))
 
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and steps and "completions/mean_length" in logs:
                 steps[-1]["completion_len"] = logs["completions/mean_length"]
 
     n = args.prompts * args.group
+    use_vllm = args.system == "trl-vllm"
+    extra = {}
+    if use_vllm:
+        # TRL's fast path: an in-process vLLM engine (colocate), synced from the model every step.
+        # Completions run to the full length as verl's (vLLM's ignore_eos; min_new_tokens is an HF key).
+        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs={"ignore_eos": True})
+    else:
+        extra = dict(generation_kwargs={"min_new_tokens": args.max_new_tokens},
+                     cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None)
+    peft_config = None
+    if args.lora_rank:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, target_modules="all-linear")
     conf = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=n, num_generations=args.group,
         gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens, learning_rate=1e-6,
         max_steps=total, logging_steps=1, report_to="none", save_strategy="no", seed=0, beta=0.0,
         temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, disable_tqdm=True,
-        generation_kwargs={"min_new_tokens": args.max_new_tokens},
-        cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None,
         bf16=bf16_weights or args.dtype == "bfloat16", use_cpu=device.type == "cpu", dataloader_num_workers=0,
-        model_init_kwargs=model_init_kwargs)
+        model_init_kwargs=model_init_kwargs, **extra)
     trainer = GRPOTrainer(model=args.model_path, reward_funcs=trl_reward, args=conf,
                           train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
-                          callbacks=[Timer()])
-    time_generate(trainer.model)
+                          callbacks=[Timer()], peft_config=peft_config)
+    if use_vllm:
+        gen = trainer.vllm_generation
+        gen.generate = time_call(gen.generate, gen_s)
+        gen.sync_weights = time_call(gen.sync_weights, sync_s)
+    else:
+        trainer.model.generate = time_call(trainer.model.generate, gen_s)
     trainer.train()
     prompt_tokens = statistics.mean(len(tok(p)["input_ids"]) for p in prompts[:n])
     for s in steps:
@@ -213,6 +272,14 @@ def summarize(system: str, result: dict, args) -> dict:
         med = {k: round(statistics.median(s["stages"].get(k, 0.0) for s in steps), 3) for k in names}
         row.update(rollout_s=med.get("rollout"), old_logprob_s=med.get("old_log_prob"),
                    update_s=med.get("update_actor", med.get("rest")), sync_s=med.get("update_weights"), stages=med)
+    if steps and steps[0].get("engine"):  # verl-vllm: sleep/wake seconds and memory freed, log-prob diff
+        names = steps[0]["engine"].keys()
+        row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
+        row.update(sleep_s=row["engine"].get("rollout/sleep_s"), wake_s=row["engine"].get("rollout/wake_s"),
+                   freed_gib=row["engine"].get("rollout/sleep_freed_gib"))
+    peaks = [s["peak_gib"] for s in result["steps"] if s.get("peak_gib") is not None]
+    if peaks:
+        row["peak_gib"] = max(peaks)
     return row
 
 
@@ -226,13 +293,17 @@ def run_all(args) -> list[dict]:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", system, "--model-path", args.model_path,
                "--device", args.device, "--arch", args.arch, "--prompts", str(args.prompts), "--group", str(args.group),
                "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--warmup",
-               str(args.warmup), "--prompt-words", str(args.prompt_words), "--micro-batch", str(args.micro_batch),
-               "--dtype", args.dtype]
+               str(args.warmup), "--prompt-words", str(args.prompt_words),
+               "--dtype", args.dtype, "--lora-rank", str(args.lora_rank)]
+        cmd += ["--micro-batch", str(args.micro_batch)] if args.micro_batch else []
         cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
                                       ("--compile", args.compile), ("--vllm-compile", args.vllm_compile),
                                       ("--param-copy", args.param_copy)) if on]
+        cmd += ["--verl-set", *args.verl_set] if args.verl_set else []
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
+        if system == "trl-vllm":  # TRL's colocated vLLM starts a one-process torch.distributed group
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         if args.threads:
             # Same thread count for every system; vLLM must not pin its own threads to all cores.
             env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
@@ -243,7 +314,12 @@ def run_all(args) -> list[dict]:
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
             if proc.returncode != 0 or not lines:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                rows.append(dict(system=system, error=f"exit {proc.returncode}: {' | '.join(tail)[-300:]}"))
+                oom = "OOM " if "OutOfMemoryError" in proc.stderr or "out of memory" in proc.stderr.lower() else ""
+                rows.append(dict(system=system, error=f"{oom}exit {proc.returncode}: {' | '.join(tail)[-300:]}"))
+                if args.logs:  # the whole stderr of a failed system, for the record
+                    os.makedirs(args.logs, exist_ok=True)
+                    with open(os.path.join(args.logs, f"e2e_{system}.stderr.txt"), "w") as fh:
+                        fh.write(proc.stderr[-200_000:])
             else:
                 rows.append(summarize(system, json.loads(lines[-1][len(RESULT_TAG):]), args))
         except subprocess.TimeoutExpired:
@@ -256,49 +332,59 @@ def run_all(args) -> list[dict]:
 
 
 def verl_options(args) -> str:
-    """The verl speed options this run turned on, by config key."""
-    on = [key for key, flag in (("training.use_packed_samples", args.packed),
+    """The verl options this run set, by config key (all others at verl's defaults)."""
+    on = [key for key, flag in ((f"training.micro_batch_size: {args.micro_batch}", args.micro_batch),
+                                ("training.use_packed_samples", args.packed),
                                 ("training.logprob_keep_logits", args.keep_logits),
                                 ("model.torch_compile", args.compile),
                                 ("rollout.enforce_eager: false", args.vllm_compile),
                                 ("model.mixed_precision: param_copy", args.param_copy)) if flag]
+    on += list(args.verl_set or [])
     return ", ".join(on) or "defaults"
 
 
 def _report(args, info, rows, quiet=False):
     trl_rows = [r for r in rows if r["system"].startswith("trl") and "tokens_per_s" in r]
     best_trl = max(trl_rows, key=lambda r: r["tokens_per_s"]) if trl_rows else None
-    default_trl = next((r for r in trl_rows if r["system"] == "trl"), best_trl)
+    default_trl = next((r for r in trl_rows if r["system"] == "trl"), None)
+    trl_vllm = next((r for r in trl_rows if r["system"] == "trl-vllm"), None)
     for r in rows:
-        if "tokens_per_s" in r and default_trl:
-            r["x_trl"] = round(r["tokens_per_s"] / default_trl["tokens_per_s"], 2)
-        if "tokens_per_s" in r and best_trl:
-            r["x_best_trl"] = round(r["tokens_per_s"] / best_trl["tokens_per_s"], 2)
-    cols = ["system", "step_s", "tokens_per_step", "tokens_per_s", "x_trl", "x_best_trl", "completion_len",
-            "rollout_s", "old_logprob_s", "update_s", "sync_s", "error"]
+        for key, ref in (("x_trl", default_trl), ("x_trl_vllm", trl_vllm), ("x_best_trl", best_trl)):
+            if "tokens_per_s" in r and ref:
+                r[key] = round(r["tokens_per_s"] / ref["tokens_per_s"], 2)
+    cols = ["system", "step_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_trl", "x_best_trl",
+            "completion_len", "rollout_s", "old_logprob_s", "update_s", "sync_s", "sleep_s", "wake_s", "freed_gib",
+            "peak_gib", "error"]
+    cols = [c for c in cols if c in ("system", "error") or any(r.get(c) is not None for r in rows)]
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
              f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
              f"(autocast over fp32 master weights; verl-hf-copy/-static generate with a {args.dtype} copy, "
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
-             f"steps after {args.warmup} warm-up. x_trl = tokens/s over TRL's default configuration; "
-             f"x_best_trl = over the fastest TRL configuration run. verl options: {verl_options(args)}; "
-             f"attention per model.attn_implementation auto (eager for bf16 on the CPU, else SDPA).")
+             f"steps after {args.warmup} warm-up. x_trl_vllm = tokens/s over TRL with vLLM colocate (its defaults "
+             f"otherwise); x_trl = over TRL's default configuration (HF generate); x_best_trl = over the fastest "
+             f"TRL configuration run. verl options: {verl_options(args)}; attention per model.attn_implementation "
+             f"auto (eager for bf16 on the CPU, else SDPA)"
+             + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
+                if args.lora_rank else "") + ".")
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--arch", default="smollm2-135m", choices=sorted(common.ARCHS))
+    ap = common.arg_parser(__doc__, "device", "tiny", "threads", "out", arch="smollm2-135m",
+                           max_new_tokens={"default": None, "help": "completion tokens (default: 16 --tiny, 256 GPU, "
+                                                                    "64 CPU)"},
+                           micro_batch={"default": None, "help": "verl: training.micro_batch_size (default: verl's)"},
+                           dtype={"help": "compute dtype of both trainers: bf16 autocast over fp32 master weights, "
+                                          "or fp32"})
     ap.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS)
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step")
     ap.add_argument("--group", type=int, default=None, help="samples per prompt (GRPO group)")
-    ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--prompt-words", type=int, default=16)
-    ap.add_argument("--micro-batch", type=int, default=None, help="verl micro_batch_size (default: all)")
+    ap.add_argument("--lora-rank", type=int, default=0, help="LoRA rank on both sides (alpha 2 x rank); 0: full")
+    ap.add_argument("--verl-set", nargs="+", default=None, metavar="KEY=VALUE",
+                    help="verl: extra config keys (model.*, training.*, rollout.*), e.g. rollout.enable_sleep_mode=false")
     ap.add_argument("--packed", action="store_true", help="verl: training.use_packed_samples")
     ap.add_argument("--keep-logits", action="store_true", help="verl: training.logprob_keep_logits")
     ap.add_argument("--compile", action="store_true",
@@ -307,16 +393,11 @@ def parse(argv=None):
                     help="verl: model.mixed_precision param_copy (bf16 copy of the fp32 master weights)")
     ap.add_argument("--vllm-compile", action="store_true",
                     help="verl-vllm: rollout.enforce_eager false on the CPU too (engine start pays the compile)")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="CPU threads per system (0: PyTorch's default). 1 keeps timings sane on a busy machine, "
-                         "where two threads wait on each other at every op")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                    help="compute dtype of both trainers: bf16 autocast over fp32 master weights, or fp32")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per system")
     ap.add_argument("--cache", default=None, help="where the random model folder is kept")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--logs", default=None, help="folder for the stderr of failed systems")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-path", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -331,8 +412,6 @@ def parse(argv=None):
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if args.micro_batch is None:
-        args.micro_batch = args.prompts * args.group
     return args
 
 

@@ -17,7 +17,6 @@ gradient is checked against eager. Bandwidth counts one read and one write of th
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -74,14 +73,11 @@ def run(args) -> list[dict]:
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true", help="CPU-sized chunk (256 x 4096)")
+    ap = common.arg_parser(__doc__, "device", tiny={"help": "CPU-sized chunk (256 x 4096)"}, repeats=10,
+                           out={"help": "directory for head_math.json / .md"})
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default=None, help="directory for head_math.json / .md")
     args = ap.parse_args(argv)
     if args.tiny:
         args.rows, args.vocab, args.repeats = 256, 4096, 3

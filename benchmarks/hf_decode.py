@@ -20,7 +20,6 @@ timed calls after one warm-up call (the warm-up pays compile / capture). Ratios 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -101,19 +100,14 @@ def main(args):
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true", help="tiny-llama, batch 8, 16 new tokens (seconds on CPU)")
-    ap.add_argument("--arch", default="smollm2-135m", choices=sorted(common.ARCHS))
+    ap = common.arg_parser(__doc__, "device", "max_new_tokens", "repeats", "out", arch="smollm2-135m",
+                           tiny={"help": "tiny-llama, batch 8, 16 new tokens (seconds on CPU)"})
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--prompt-lengths", type=int, nargs=2, default=[16, 48])
-    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-len", type=int, default=None,
                     help="static cache slots (default: prompt width + new tokens; a trainer sizes it for its "
                          "longest allowed prompt: data.max_prompt_length + max_new_tokens)")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.tiny:
         args.arch, args.batch, args.max_new_tokens = "tiny-llama", 8, 16

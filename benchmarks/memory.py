@@ -257,16 +257,9 @@ def _report_ladder(args, info, lad, quiet=False):
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--arch", default="qwen2-1.5b", choices=sorted(common.ARCHS))
+    ap = common.arg_parser(__doc__, "device", "tiny", "arch", "prompt_len", "response_len", "micro_batch", "budget",
+                           "chunk", "out")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--prompt-len", type=int, nargs=2, default=[128, 512])
-    ap.add_argument("--response-len", type=int, nargs=2, default=[64, 2048])
-    ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=16384)
-    ap.add_argument("--chunk", type=int, default=4096)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--logits-shape", type=int, nargs=3, default=[8, 256, 1024], metavar=("B", "P", "R"))
     ap.add_argument("--no-logits", action="store_true")
@@ -276,7 +269,6 @@ def parse(argv=None):
     ap.add_argument("--probe-len", type=int, nargs=2, default=[512, 1024])
     ap.add_argument("--probe-timeout", type=int, default=150)
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new measurements after this")
-    ap.add_argument("--out", default=None)
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="full", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -19,7 +19,6 @@ timed (forward, forward + backward). FLOPs count causal QK^T and AV only:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -180,17 +179,12 @@ def _max_error(out, grads, q, k, v, g, cu_list, scale, n_check: int) -> float:
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true", help="small CPU-sized problem (tiny-qwen2)")
-    ap.add_argument("--arch", default="qwen2-1.5b", choices=sorted(common.ARCHS))
+    ap = common.arg_parser(__doc__, "device", "arch", "prompt_len", "response_len",
+                           tiny={"help": "small CPU-sized problem (tiny-qwen2)"}, repeats=5,
+                           out={"help": "directory for packed_attention.json / .md"})
     ap.add_argument("--tokens", type=int, default=32768, help="packed row length to fill")
-    ap.add_argument("--prompt-len", type=int, nargs=2, default=[128, 512])
-    ap.add_argument("--response-len", type=int, nargs=2, default=[64, 2048])
     ap.add_argument("--kernels", nargs="+", default=["flash", "cudnn", "flex", "flex-tma", "sdpa"], choices=["flash", "cudnn", "flex", "flex-tma", "sdpa"])
     ap.add_argument("--check-seqs", type=int, default=4, help="sequences compared with the float32 reference")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=None, help="directory for packed_attention.json / .md")
     args = ap.parse_args(argv)
     if args.tiny:
         args.arch, args.tokens, args.prompt_len, args.response_len, args.repeats = "tiny-qwen2", 1024, [8, 32], [4, 192], 2

@@ -18,7 +18,6 @@ TRL is optional: without it (or its `datasets` dependency) the TRL rows say so.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -79,10 +78,8 @@ def targets(parts: dict) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--out", required=True)
+    ap = common.arg_parser(__doc__, "device", "tiny", out={"required": True, "help": "folder for results.json, "
+                                                                                     "results.md and run_all.log"})
     ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for everything")
     ap.add_argument("--stages", nargs="+", default=[s[0] for s in STAGES], choices=[s[0] for s in STAGES])
     args = ap.parse_args(argv)

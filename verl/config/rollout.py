@@ -33,7 +33,8 @@ class RolloutConfig(Section):
     stop: list[str] = key(factory=list)  # extra stop strings
     seed: Optional[int] = None  # None -> top-level seed
     # vLLM engine settings (seed section 5.2)
-    max_num_seqs: int = key(64, ge=1, resume_safe=True)
+    # sequences the vLLM engine decodes together; None: all of a step's (batch_size x n), one wave
+    max_num_seqs: Optional[int] = key(None, ge=1, resume_safe=True)
     gpu_memory_utilization: float = key(0.5, unit="(0, 1]", resume_safe=True)
     tensor_model_parallel_size: int = key(1, ge=1, resume_safe=True)
     max_num_batched_tokens: Optional[int] = key(None, resume_safe=True)

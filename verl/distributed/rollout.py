@@ -74,17 +74,9 @@ class RolloutReplicaWorker(RankWorker):
 
 
 def load_named_weights(engine, weights: list[tuple[str, torch.Tensor]]) -> None:
-    """(HF name, tensor) pairs into a VLLMRollout's engine; what `VLLMRollout.sync_weights`
-    does for a module, for tensors that arrived from elsewhere."""
-    from verl.rollout.vllm_weights import repack_cpu_shared_weights
-
-    if engine.asleep:
-        engine.wake_up()
-    with torch.no_grad():
-        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        if engine.on_cpu:
-            engine.llm.collective_rpc(repack_cpu_shared_weights)
-    engine.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+    """(HF name, tensor) pairs that arrived from the actor's shards into a replica's VLLMRollout:
+    the engine's one load path (VLLMRollout.load_weights), asleep or awake."""
+    engine.load_weights(weights)
 
 
 class ReplicatedRollout(RolloutEngine):
