@@ -265,3 +265,13 @@ def test_ci_builds_and_runs_the_cpu_image():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/build_image.sh cpu" in ci
     assert 'import verl; print(verl.__version__)' in ci and "verl train examples/quickstart.yaml" in ci
+    assert "rollout.name=vllm" in ci  # the image's vLLM CPU engine runs, not just imports
+
+
+@pytest.mark.parametrize("path", [CPU_DOCKERFILE, GPU_DOCKERFILE], ids=["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_every_run_step_is_valid_sh(path):
+    runs = [r for w, r in instructions(path.read_text()) if w == "RUN"]
+    assert len(runs) >= 5
+    for cmd in runs:
+        proc = subprocess.run(["sh", "-n", "-c", cmd], capture_output=True, text=True)
+        assert proc.returncode == 0, (cmd, proc.stderr)

@@ -96,7 +96,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Reinforcement-learning post-training for language models (PPO, GRPO, RLOO, DAPO, ...).",
         epilog="Run 'verl COMMAND --help' for a command's options. Start with: verl train examples/quickstart.yaml\n"
                "Real verl's command line: python3 -m verl.trainer.main_ppo key=value ... (docs/real_verl.md)")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--version", action="store_true", help="print the versions of verl, torch, vLLM and CUDA and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train = sub.add_parser("train", help="run RL training", formatter_class=argparse.RawDescriptionHelpFormatter,
                            description="Run RL training from a YAML config and dotted overrides.",
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     if args.version:
-        from verl import __version__
+        from verl.version import describe
 
-        print(__version__)
+        print(describe())  # verl, torch, vllm, cuda: the same values as the Docker images' ai.verl.* labels
         return 0
     if args.command != "train":
         parser.print_help()
