@@ -22,7 +22,7 @@ from verl.config.logging_section import LoggingConfig
 from verl.config.model import LoraConfig, ModelConfig
 from verl.config.paths import resolve_relative_paths
 from verl.config.reward_fn import RewardFnConfig
-from verl.config.rollout import RolloutConfig
+from verl.config.rollout import MultiTurnConfig, RolloutConfig
 from verl.config.root import Config
 from verl.config.training import TrainingConfig
 from verl.config.yaml_io import parse_overrides, read_yaml
@@ -30,6 +30,6 @@ from verl.errors import ConfigError
 
 __all__ = ["AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError", "CriticConfig", "DataConfig",
            "DistributedConfig", "DynamicSamplingConfig", "KLControlConfig", "LoggingConfig", "LoraConfig",
-           "ModelConfig", "OverlongPenaltyConfig", "RewardFnConfig", "RolloutConfig", "TrainingConfig",
+           "ModelConfig", "MultiTurnConfig", "OverlongPenaltyConfig", "RewardFnConfig", "RolloutConfig", "TrainingConfig",
            "apply_preset", "build_section", "config_from_dict", "did_you_mean", "load_config", "parse_overrides",
            "read_yaml", "resolve_relative_paths", "resume_safe_keys"]

@@ -21,6 +21,21 @@ def check_seed(seed, key_path: str) -> None:
 
 
 @dataclass
+class MultiTurnConfig(Section):
+    """Multi-turn rollouts (on when rollout.tools or rollout.environment is set; docs/agents.md)."""
+
+    SECTION = "rollout.multi_turn"
+    max_turns: int = key(4, ge=1)  # model turns per trajectory (the last one gets no tool answer)
+    max_tool_calls: int = key(8, ge=0)  # tool calls per trajectory; more are answered with an error message
+    max_total_tokens: int = key(256, ge=1)  # response tokens per trajectory: model turns + tool/environment turns
+    tool_timeout_s: float = key(10.0, gt=0)  # seconds one tool call may take (then an error message)
+    tool_format: str = key("hermes", choices="verl.agents.parsing:TOOL_CALL_FORMATS")
+    tool_call_pattern: Optional[str] = None  # tool_format regex: (?P<name>...) and (?P<arguments>...) groups
+    max_tool_output_chars: int = key(2000, ge=1)  # longer tool outputs are cut, with a marker
+    tool_workers: int = key(8, ge=1)  # concurrent tool calls (a thread pool shared by all trajectories)
+
+
+@dataclass
 class RolloutConfig(Section):
     SECTION = "rollout"
     name: str = key("hf", choices="verl.rollout.registry:ENGINES", resume_safe=True)
@@ -53,8 +68,27 @@ class RolloutConfig(Section):
     cache_implementation: str = key("dynamic", choices=("dynamic", "static"))
     # transformers: model.generate | verl: verl's own decode loop (static cache, one CUDA graph per decode step)
     decode_loop: str = key("transformers", choices=("transformers", "verl"))
+    # Agents (docs/agents.md): tools as "module:function" / "file.py:function" / calculator / python,
+    # an environment as "module:Class"; either turns on multi-turn rollouts
+    tools: list[str] = key(factory=list)
+    environment: Optional[str] = None
+    multi_turn: MultiTurnConfig = key(factory=MultiTurnConfig)
+
+    @property
+    def is_multi_turn(self) -> bool:
+        return bool(self.tools or self.environment)
+
+    @property
+    def response_budget(self) -> int:
+        """Response tokens of one sample: max_new_tokens, or for multi-turn trajectories (model and
+        tool turns together) multi_turn.max_total_tokens."""
+        return self.multi_turn.max_total_tokens if self.is_multi_turn else self.max_new_tokens
 
     def validate(self, path: str) -> None:
+        mt = self.multi_turn
+        if mt.tool_format == "regex" and not mt.tool_call_pattern:
+            raise ConfigError(f"{path}.multi_turn.tool_call_pattern: required for tool_format: regex, with groups "
+                              "(?P<name>...) and (?P<arguments>...)")
         at_most(self.max_new_tokens, MAX_TOKENS, f"{path}.max_new_tokens", "no model's context is that long")
         at_most(self.n, MAX_SEQUENCES_PER_STEP, f"{path}.n", "samples per prompt must fit in memory")
         check_seed(self.seed, f"{path}.seed")

@@ -98,11 +98,12 @@ def check_cross_sections(cfg: Config) -> None:
                           f"got {r.n}")
     if r.seed is None:
         r.seed = cfg.seed
+    budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
     if r.max_model_len is None:
-        r.max_model_len = d.max_prompt_length + r.max_new_tokens
-    if r.max_model_len < d.max_prompt_length + r.max_new_tokens:
+        r.max_model_len = d.max_prompt_length + r.response_budget
+    if r.max_model_len < d.max_prompt_length + r.response_budget:
         raise ConfigError(f"rollout.max_model_len: {r.max_model_len} is shorter than data.max_prompt_length + "
-                          f"rollout.max_new_tokens = {d.max_prompt_length + r.max_new_tokens}")
+                          f"{budget_key} = {d.max_prompt_length + r.response_budget}")
     if t.critic_lr is None:
         t.critic_lr = 10 * t.lr
 

@@ -95,13 +95,16 @@ def uses_chat_template(tokenizer, data_cfg) -> bool:
     return bool(data_cfg.apply_chat_template and getattr(tokenizer, "chat_template", None))
 
 
-def render_prompt(prompt: Any, tokenizer, data_cfg) -> str:
-    """The text the model sees for `prompt` (str or chat messages); see the module doc."""
+def render_prompt(prompt: Any, tokenizer, data_cfg, tools: Optional[list] = None) -> str:
+    """The text the model sees for `prompt` (str or chat messages); see the module doc. `tools`:
+    JSON schemas of the rollout's tools, passed to the chat template (which decides how the model
+    sees them; a template without tool support ignores them)."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     if data_cfg.system_prompt and not any(m["role"] == "system" for m in messages):
         messages = [{"role": "system", "content": data_cfg.system_prompt}] + messages
     if uses_chat_template(tokenizer, data_cfg):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **({"tools": tools} if tools else {}))
     if isinstance(prompt, str) and len(messages) == 1:
         return prompt
     return "\n".join(str(m["content"]) for m in messages)
@@ -126,7 +129,7 @@ class PromptLoader:
     """
 
     def __init__(self, rows: list[PromptRow], tokenizer, data_cfg, batch_size: int, seed: int = 0,
-                 shuffle: Optional[bool] = None, name: str = "train"):
+                 shuffle: Optional[bool] = None, name: str = "train", tools: Optional[list] = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.tokenizer = tokenizer
@@ -135,6 +138,7 @@ class PromptLoader:
         self.seed = seed
         self.shuffle = data_cfg.shuffle if shuffle is None else shuffle
         self.name = name
+        self.tools = tools
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = 0 if pad is None else pad
         self.num_filtered = 0
@@ -151,7 +155,7 @@ class PromptLoader:
         if not rows:
             raise DataError(f"{self.name} data: no prompt rows")
         cfg = self.data_cfg
-        texts = [render_prompt(r.prompt, self.tokenizer, cfg) for r in rows]
+        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self.tools) for r in rows]
         # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
         add_special = not uses_chat_template(self.tokenizer, cfg)
         ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]
@@ -260,7 +264,8 @@ class PromptLoader:
 
 
 def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] = None,
-                         val_rows: Optional[list[PromptRow]] = None) -> tuple[PromptLoader, Optional[list[PromptRow]]]:
+                         val_rows: Optional[list[PromptRow]] = None,
+                         tools: Optional[list] = None) -> tuple[PromptLoader, Optional[list[PromptRow]]]:
     """(train loader, validation rows or None) for a full `Config`.
 
     Training data: `train_rows` (in-memory data of the Python API, verl.data.in_memory), else
@@ -268,7 +273,7 @@ def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] =
     Validation rows: `val_rows`, else `data.val_files`; the first `data.val_max_samples` of them.
     """
     rows = load_prompt_rows(cfg.data) if train_rows is None else train_rows
-    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed)
+    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools)
     if val_rows is None and cfg.data.val_files:
         val_rows = load_prompt_rows(cfg.data, cfg.data.val_files)
     return train, (None if val_rows is None else list(val_rows)[: cfg.data.val_max_samples])

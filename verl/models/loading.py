@@ -198,11 +198,13 @@ def check_context_length(cfg) -> None:
     keys and the model's limit, before any weights load."""
     m = cfg.model
     limit, field = model_max_positions(m.name, "model.name", m.trust_remote_code, m.gguf_file)
-    need = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
+    r = cfg.rollout
+    budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
+    need = cfg.data.max_prompt_length + r.response_budget
     if limit is not None and need > limit:
         raise ModelLoadError(
-            f"data.max_prompt_length ({cfg.data.max_prompt_length}) + rollout.max_new_tokens "
-            f"({cfg.rollout.max_new_tokens}) = {need} tokens is more than model.name '{m.name}' takes "
+            f"data.max_prompt_length ({cfg.data.max_prompt_length}) + {budget_key} "
+            f"({r.response_budget}) = {need} tokens is more than model.name '{m.name}' takes "
             f"({field} = {limit} in its config.json); lower one of them so that the sum is at most {limit}")
 
 

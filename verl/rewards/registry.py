@@ -25,6 +25,8 @@ _BUILDERS = {
     "format": "verl.rewards.verifiable:build_format",
     "huggingface_rm": "verl.rewards.hf_rm:build_huggingface_rm",
     "api": "verl.rewards.api:build_api",
+    "environment": "verl.rewards.agent:build_environment",
+    "tool_call": "verl.rewards.agent:build_tool_call",
 }
 REWARD_TYPES = tuple(_BUILDERS) + ("combined",)
 

@@ -57,6 +57,10 @@ class RolloutEngine(abc.ABC):
     def wake_up(self) -> None:
         """Re-acquire generation memory before the next `generate`."""
 
+    def metrics(self) -> dict:
+        """Metrics of the last `generate` beyond the Batch itself (e.g. agent/* of multi-turn rollouts)."""
+        return {}
+
     def state_dict(self) -> dict:
         """What a checkpoint keeps of the engine: nothing. Its weights are the actor's (synced
         after a restore) and its sampling is seeded from (seed, step) at each step."""

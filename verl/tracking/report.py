@@ -32,6 +32,9 @@ table { border-collapse: collapse; font-size: 14px; margin: 8px 0; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 td.num { text-align: right; font-family: ui-monospace, monospace; }
+.turn { border-left: 3px solid #8c959f; padding: 2px 6px; margin: 2px 0; }
+.turn-assistant { border-color: #0969da; } .turn-tool { border-color: #1a7f37; background: #f6f8fa; }
+.turn-environment { border-color: #9a6700; background: #fff8c5; }
 td.text { white-space: pre-wrap; word-break: break-word; max-width: 640px; font-family: ui-monospace, monospace; }
 pre { background: #f6f8fa; padding: 12px; overflow-x: auto; font-size: 13px; }
 .warn { background: #fff8c5; border: 1px solid #d4a72c; padding: 8px 12px; margin: 6px 0; border-radius: 4px; }
@@ -58,7 +61,24 @@ def _cell(value: Any) -> str:
         return f'<td class="num">{e(fmt(float(value)))}</td>'
     if value is None:
         return '<td class="num">-</td>'
+    if isinstance(value, list) and value and all(isinstance(t, dict) and "role" in t for t in value):
+        return f'<td class="text">{_turns_html(value)}</td>'
     return f'<td class="text">{e(value)}</td>'
+
+
+def _turns_html(turns: list[dict]) -> str:
+    """A multi-turn trajectory turn by turn: the model's turns, tool calls' results (with the tool's
+    name, failures marked) and environment observations, each in its own block."""
+    out = []
+    for t in turns:
+        role = t.get("role", "?")
+        label = role if role != "tool" else f"tool {t.get('name') or ''}".strip()
+        if t.get("ok") is False:
+            label += " (error)"
+        if "reward" in t:
+            label += f" reward {fmt(t['reward'])}"
+        out.append(f'<div class="turn turn-{e(role)}"><b>{e(label)}</b>\n{e(t.get("text", ""))}</div>')
+    return "".join(out)
 
 
 def _samples_html(samples: list[dict]) -> str:

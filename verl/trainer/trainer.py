@@ -52,10 +52,11 @@ class Trainer:
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
                                         m.trust_remote_code, m.gguf_file)
         check_context_length(cfg)  # prompt + response tokens fit the model's positions (before weights load)
-        # Data and reward functions before the models: a bad row or reward fails in seconds.
+        # Tools, data and reward functions before the models: a bad tool, row or reward fails in seconds.
+        self.tool_schemas = _tool_schemas(cfg.rollout.tools)
         self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer, self.inputs.train_rows,
-                                                              self.inputs.val_rows)
-        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.max_new_tokens,
+                                                              self.inputs.val_rows, tools=self.tool_schemas)
+        self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
                                            functions=self.inputs.functions)
         self.sampling = SamplingParams.from_config(cfg.rollout)
         self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling)  # the algorithm's special cases
@@ -120,6 +121,7 @@ class Trainer:
         batch = self._sample_and_score(prompts)
         batch, metrics = self.algorithm.filter_groups(batch, lambda: self._sample_and_score(self.train_data.next_batch()))
         self.algorithm.mask_responses(batch)
+        metrics.update(self.rollout.metrics())  # e.g. agent/* for multi-turn rollouts
         self._parts["rollout"] = metrics
         return batch, metrics
 
@@ -207,8 +209,13 @@ class Trainer:
     def last_samples(self, k: int) -> list[dict]:
         """A few (prompt, response, reward) triples of the last step, for the sample log."""
         b = self._last_batch
-        return [{"prompt": b.prompt_text[i], "response": b.response_text[i], "reward": float(b.scores[i])}
+        rows = [{"prompt": b.prompt_text[i], "response": b.response_text[i], "reward": float(b.scores[i])}
                 for i in range(min(k, len(b)))]
+        for i, row in enumerate(rows):  # multi-turn trajectories: the turns, for the report
+            turns = (b.extra[i] or {}).get("turns") if b.extra else None
+            if turns:
+                row["turns"] = turns
+        return rows
 
     # ------------------------------------------------------------------ saving
     def save_actor(self, path: str) -> str:
@@ -216,6 +223,16 @@ class Trainer:
         from verl.checkpoint.model_files import save_hf_model
 
         return save_hf_model(self.actor.model, self.tokenizer, path)
+
+
+def _tool_schemas(specs: list) -> list | None:
+    """JSON schemas of rollout.tools for the chat template (None without tools); loading them here
+    makes a bad tool spec fail before any model loads."""
+    if not specs:
+        return None
+    from verl.agents.tools import load_tools
+
+    return [tool.schema for tool in load_tools(specs)]
 
 
 def create_trainer(config: Config | str, *, reward_funcs=None, reward_weights=None, train_dataset=None,

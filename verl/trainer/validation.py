@@ -32,6 +32,7 @@ class Validator:
         if trainer.val_rows:
             self.loader = PromptLoader(trainer.val_rows, trainer.tokenizer, cfg.data,
                                        batch_size=max(cfg.training.batch_size * cfg.rollout.n, 8), seed=cfg.seed, shuffle=False,
+                                       tools=trainer.tool_schemas,
                                        name="validation")
 
     @property
@@ -95,7 +96,7 @@ class Validator:
         prompt = t.config.data.baseline_prompt
         if not prompt:
             return None
-        text = render_prompt(prompt, t.tokenizer, t.config.data)
+        text = render_prompt(prompt, t.tokenizer, t.config.data, t.tool_schemas)
         ids = t.tokenizer(text, add_special_tokens=not uses_chat_template(t.tokenizer, t.config.data))["input_ids"]
         batch = Batch(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                       prompt_text=[text], group_id=[0])

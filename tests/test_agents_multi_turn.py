@@ -1,0 +1,231 @@
+"""Multi-turn rollouts (verl/rollout/multi_turn.py): token-exact trajectories, masks, metrics,
+contained failures, and short GRPO runs on both engines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import small_overrides
+from verl import create_trainer, load_config
+from verl.agents.environment import Environment, StepResult
+from verl.agents.tools import tool_from_callable
+from verl.batch import Batch
+from verl.config import RolloutConfig
+from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.multi_turn import MultiTurnRollout
+from verl.rollout.turn_template import TurnTemplate
+
+
+def add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return str(a + b)
+
+
+def broken(x: int) -> str:
+    """Always fails.
+
+    Args:
+        x: anything
+    """
+    raise ValueError("no")
+
+
+class ScriptedEngine(RolloutEngine):
+    """Answers each call with the next scripted token list per row and log-prob -0.5 per token;
+    records the contexts it was given (to check that nothing was re-encoded)."""
+
+    def __init__(self, tokenizer, script: list[list[list[int]]]):
+        self.tokenizer, self.script, self.contexts = tokenizer, list(script), []
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        from verl.rollout.base import assemble_rollout
+
+        turn = self.script.pop(0)
+        self.contexts.append([prompts.input_ids[i][prompts.attention_mask[i] > 0].tolist() for i in range(len(prompts))])
+        responses = [turn[i] for i in range(len(prompts))]
+        return assemble_rollout(prompts, responses, [[-0.5] * len(r) for r in responses], self.tokenizer,
+                                sampling.max_new_tokens, finished=[True] * len(responses))
+
+
+def _prompts(tok, texts):
+    ids = [_enc(tok, tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True))
+           for t in texts]
+    width = max(len(i) for i in ids)
+    input_ids = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)
+    att = torch.zeros((len(ids), width), dtype=torch.long)
+    for b, s in enumerate(ids):
+        input_ids[b, width - len(s):] = torch.tensor(s)
+        att[b, width - len(s):] = 1
+    return Batch(input_ids=input_ids, attention_mask=att, prompt_text=texts, ground_truth=[None] * len(texts),
+                 data_source=["t"] * len(texts), extra=[{} for _ in texts], group_id=list(range(len(texts)))), ids
+
+
+@pytest.fixture(scope="module")
+def qwen_tok(tiny_qwen2):
+    from verl.models.loading import load_tokenizer
+
+    return load_tokenizer(tiny_qwen2)
+
+
+def _enc(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_trajectory_is_token_exact_with_tool_turns_masked(qwen_tok):
+    tok = qwen_tok
+    call = _enc(tok, '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>')
+    final = _enc(tok, "It is 5.") + [tok.eos_token_id]
+    plain = _enc(tok, "No tools.") + [tok.eos_token_id]
+    engine = ScriptedEngine(tok, [[call, plain], [final]])
+    cfg = RolloutConfig(tools=["x:y"])
+    mt = MultiTurnRollout(engine, tok, cfg, chat=True, tools=[tool_from_callable(add)])
+    prompts, prompt_ids = _prompts(tok, ["What is 2+3?", "Hi"])
+    out = mt.generate(prompts, SamplingParams(max_new_tokens=64, n=1))
+
+    turns = TurnTemplate(tok, chat=True)
+    tool_ids = turns.close_assistant(call) + turns.tool_turn(["5"])
+    expected = call + tool_ids + final  # hand-built: model turn 1, the tool's answer, model turn 2
+    n = len(expected)
+    assert out.responses[0, :n].tolist() == expected
+    assert out.response_mask[0, :n].tolist() == [1.0] * len(call) + [0.0] * len(tool_ids) + [1.0] * len(final)
+    assert out.rollout_log_probs[0, :n].tolist() == [-0.5] * len(call) + [0.0] * len(tool_ids) + [-0.5] * len(final)
+    assert out.response_mask[0, n:].sum() == 0 and out.attention_mask[0, -out.response_length:][n:].sum() == 0
+    # The second call saw the exact ids: prompt + sampled turn + tool turn (nothing decoded and re-encoded).
+    assert engine.contexts[1] == [prompt_ids[0] + call + tool_ids]
+    # The row without a call ended after its first turn.
+    assert out.responses[1, :len(plain)].tolist() == plain and out.response_mask[1].sum() == len(plain)
+    e0, e1 = out.extra
+    assert [t["role"] for t in e0["turns"]] == ["assistant", "tool", "assistant"]
+    assert e0["turns"][1] == {"role": "tool", "name": "add", "text": "5", "ok": True}
+    assert e0["turn_spans"] == [[0, len(call), "assistant"], [len(call), len(call) + len(tool_ids), "tool"],
+                                [len(call) + len(tool_ids), n, "assistant"]]
+    assert (e0["num_turns"], e0["num_tool_calls"], e1["num_turns"], e1["num_tool_calls"]) == (2, 1, 1, 0)
+    m = mt.metrics()
+    assert m["agent/turns_per_trajectory"] == 1.5 and m["agent/tool_calls_per_trajectory"] == 0.5
+    assert m["agent/tool_calls/add"] == 0.5 and m["agent/tool_error_rate"] == 0.0
+    assert m["agent/masked_token_share"] == pytest.approx(len(tool_ids) / (n + len(plain)))
+
+
+def test_broken_calls_unknown_tools_and_raising_tools_go_back_to_the_model(qwen_tok):
+    tok = qwen_tok
+    bad_json = _enc(tok, '<tool_call>{"name": "add", "arguments": {"a": 2,</tool_call>')
+    unknown = _enc(tok, '<tool_call>{"name": "nope", "arguments": {}}</tool_call>')
+    raising = _enc(tok, '<tool_call>{"name": "broken", "arguments": {"x": 1}}</tool_call>')
+    done = _enc(tok, "ok") + [tok.eos_token_id]
+    engine = ScriptedEngine(tok, [[bad_json, unknown, raising], [done, done, done]])
+    mt = MultiTurnRollout(engine, tok, RolloutConfig(tools=["x:y"]), chat=True,
+                          tools=[tool_from_callable(add), tool_from_callable(broken)])
+    out = mt.generate(_prompts(tok, ["a", "b", "c"])[0], SamplingParams(max_new_tokens=64))
+    for e in out.extra:
+        tool_turns = [t for t in e["turns"] if t["role"] == "tool"]
+        assert len(tool_turns) == 1 and tool_turns[0]["ok"] is False and "error" in tool_turns[0]["text"]
+        assert e["num_turns"] == 2  # the model saw the error and answered again
+    assert "nope" in out.extra[1]["turns"][1]["text"] or "unknown" in out.extra[1]["turns"][1]["text"]
+    assert mt.metrics()["agent/tool_error_rate"] == 1.0
+
+
+class Counter(Environment):
+    """Answers every turn with the turn number; reward 1 on the third turn, then done."""
+
+    def reset(self, sample):
+        self.k = 0
+        return ""
+
+    def step(self, action_text):
+        self.k += 1
+        if self.k == 3:
+            return StepResult("done", reward=1.0, done=True)
+        return StepResult(f"turn {self.k}", reward=0.25)
+
+
+class Wordy(Environment):
+    """Two answered turns; each step's reward grows with the turn's length (so samples differ)."""
+
+    def reset(self, sample):
+        self.k = 0
+        return "say something"
+
+    def step(self, action_text):
+        self.k += 1
+        return StepResult("more", reward=min(1.0, len(action_text) / 20), done=self.k == 2)
+
+
+class Exploding(Environment):
+    def reset(self, sample):
+        return "go"
+
+    def step(self, action_text):
+        raise RuntimeError("boom")
+
+
+def test_environment_turns_rewards_and_a_raising_environment(qwen_tok):
+    tok = qwen_tok
+    say = _enc(tok, "x") + [tok.eos_token_id]
+    engine = ScriptedEngine(tok, [[say, say]] * 3)
+    mt = MultiTurnRollout(engine, tok, RolloutConfig(environment="x:Y"), chat=True, environment=Counter)
+    out = mt.generate(_prompts(tok, ["a", "b"])[0], SamplingParams(max_new_tokens=8))
+    assert [e["env_reward"] for e in out.extra] == [1.5, 1.5]  # 0.25 + 0.25 + 1
+    assert [e["num_turns"] for e in out.extra] == [3, 3]
+    engine = ScriptedEngine(tok, [[say]])
+    mt = MultiTurnRollout(engine, tok, RolloutConfig(environment="x:Y"), chat=True, environment=Exploding)
+    out = mt.generate(_prompts(tok, ["a"])[0], SamplingParams(max_new_tokens=8))
+    assert out.extra[0]["turns"][-1]["ok"] is False and "boom" in out.extra[0]["turns"][-1]["text"]
+    assert out.extra[0]["num_turns"] == 1
+
+
+def test_the_total_token_budget_ends_a_trajectory(qwen_tok):
+    tok = qwen_tok
+    call = _enc(tok, '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>')
+    cfg = RolloutConfig(tools=["x:y"])
+    cfg.multi_turn.max_total_tokens = len(call) + 3  # no room for the tool's answer
+    mt = MultiTurnRollout(ScriptedEngine(tok, [[call]]), tok, cfg, chat=True, tools=[tool_from_callable(add)])
+    out = mt.generate(_prompts(tok, ["a"])[0], SamplingParams(max_new_tokens=64))
+    assert out.truncated == [True] and out.response_mask[0].sum() == len(call)
+    assert out.response_length <= cfg.multi_turn.max_total_tokens
+
+
+ENV_OVERRIDES = {"algorithm.name": "grpo", "rollout.environment": "test_agents_multi_turn:Wordy",
+                 "rollout.multi_turn.max_turns": 3, "rollout.multi_turn.max_total_tokens": 64,
+                 "rollout.max_new_tokens": 6, "reward_fn.type": "environment", "training.total_steps": 3,
+                 "training.batch_size": 2, "training.micro_batch_size": 2, "training.lr": 1e-2}
+
+
+def test_log_probs_are_computed_on_the_sampled_ids_of_every_turn(tmp_path, tiny_qwen2):
+    """Real sampled turns (HF engine) with environment turns between them: the actor's log-probs of
+    the assembled trajectory equal the engine's own log-probs on every model token (the same
+    weights in float32), so no turn was re-tokenized; masked tokens stay out of the loss."""
+    cfg = load_config(None, small_overrides(tmp_path, **{**ENV_OVERRIDES, "model.name": tiny_qwen2}))
+    trainer = create_trainer(cfg)
+    batch, _ = trainer.generate_experience(trainer.train_data.next_batch())
+    assert max(e["num_turns"] for e in batch.extra) >= 2
+    logp, _ = trainer.actor.compute_log_probs(batch)
+    mask = batch.response_mask > 0
+    assert mask.sum() > 0 and (~mask & (batch.attention_mask[:, batch.prompt_length:] > 0)).sum() > 0
+    # float32 forward of the same tokens twice (batched differently): agreement to rounding
+    assert torch.allclose(logp[mask], batch.rollout_log_probs[mask], atol=1e-4)
+    assert (batch.rollout_log_probs[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_three_step_multi_turn_grpo_on_each_engine(tmp_path, tiny_qwen2, engine):
+    extra = {"rollout.name": engine, "model.name": tiny_qwen2}
+    if engine == "vllm":
+        extra.update({"rollout.kv_cache_gb": 0.25, "rollout.gpu_memory_utilization": 0.2})
+    cfg = load_config(None, small_overrides(tmp_path, **{**ENV_OVERRIDES, **extra}))
+    trainer = create_trainer(cfg)
+    before = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    for _ in range(3):
+        m = trainer.step()
+        for key in ("reward", "pg_loss", "actor/grad_norm", "agent/turns_per_trajectory", "agent/masked_token_share"):
+            assert math.isfinite(m[key]), (key, m[key])
+    assert m["agent/turns_per_trajectory"] > 1
+    changed = sum(not torch.equal(before[n], p.detach()) for n, p in trainer.actor.model.named_parameters())
+    assert changed > 0

@@ -1,0 +1,320 @@
+"""Multi-turn rollouts: the model acts, tools or an environment answer, the model goes on.
+
+    engine = MultiTurnRollout(inner_engine, tokenizer, config.rollout, chat=True, tools=..., environment=...)
+    batch = engine.generate(prompts, sampling)    # the Batch layout of every engine, see below
+
+Each of the B * n trajectories is kept as token ids from start to end:
+
+    prompt | model turn 1 | tool turn 1 | model turn 2 | ... | model turn K
+             mask 1          mask 0       mask 1               mask 1
+
+Model turns are appended exactly as the engine sampled them (ids and engine log-probs, never
+decoded and re-encoded); tool results and environment observations are tokenized once with
+the chat template's turn delimiters (verl/rollout/turn_template.py) and carry response_mask 0
+and log-prob 0, so they never enter a loss. Every turn's generation for all live trajectories
+is one batched call of the inner engine (the HF or vLLM backend, n = 1 per row); the tool calls
+of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
+drop out. A trajectory ends when a model turn makes no tool call (its final answer), the
+environment says done, `multi_turn.max_turns` model turns were taken, or
+`multi_turn.max_total_tokens` response tokens are used up (then `truncated`).
+
+Per sample, `extra` gains: "turns" (role, text, and for tools name/ok, per turn, in order),
+"turn_spans" ([start, end) response positions and role of each turn), "num_turns",
+"num_tool_calls", "tool_errors" and, with an environment, "env_reward" (the sum of its step
+rewards; the `environment` reward type scores it).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from verl.agents.environment import as_step_result
+from verl.agents.parsing import parse_tool_calls
+from verl.agents.tools import ToolRunner
+from verl.batch import Batch
+from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.turn_template import TurnTemplate
+
+# What ends a model turn that calls a tool, per call format (the stop text stays in the turn).
+CALL_END = {"hermes": "</tool_call>"}
+
+
+@dataclass
+class Trajectory:
+    row: int  # index into the repeated prompt rows
+    ids: list = field(default_factory=list)  # response token ids so far
+    mask: list = field(default_factory=list)  # 1 on model tokens, 0 on tool / environment tokens
+    logp: list = field(default_factory=list)  # engine log-probs (0 on masked tokens)
+    turns: list = field(default_factory=list)  # {"role", "text", ...} in order
+    spans: list = field(default_factory=list)  # [start, end, role]
+    model_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0  # failed calls + malformed / over-limit calls
+    malformed: int = 0  # calls that could not be run (broken format, over the limit)
+    env_reward: float = 0.0
+    pending_text: str = ""  # the last model turn's text, for the tool parser / the environment
+    last_cut: bool = False  # the last model turn stopped on its token budget
+    env: object = None
+    done: bool = False
+    truncated: bool = False
+
+    def append(self, ids, role: str, logp=None) -> None:
+        start = len(self.ids)
+        self.ids += list(ids)
+        self.mask += [1.0 if role == "assistant" else 0.0] * len(ids)
+        self.logp += list(logp) if logp is not None else [0.0] * len(ids)
+        self.spans.append([start, len(self.ids), role])
+
+
+class MultiTurnRollout(RolloutEngine):
+    def __init__(self, engine: RolloutEngine, tokenizer, rollout_cfg, chat: bool, tools=(), environment=None):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.cfg = rollout_cfg.multi_turn
+        self.turns = TurnTemplate(tokenizer, chat)
+        self.environment_cls = environment
+        self.runner = ToolRunner(list(tools), timeout_s=self.cfg.tool_timeout_s, max_workers=self.cfg.tool_workers,
+                                 max_output_chars=self.cfg.max_tool_output_chars) if tools else None
+        self._metrics: dict = {}
+
+    # The inner engine's weights are the actor's: sync, sleep and wake pass through.
+    def sync_weights(self, model) -> dict:
+        return self.engine.sync_weights(model)
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+    def metrics(self) -> dict:
+        return dict(self._metrics)
+
+    # ------------------------------------------------------------------ rollout
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        rows = prompts.repeat(sampling.n)
+        trajs = [Trajectory(row=i) for i in range(len(rows))]
+        if self.environment_cls is not None:
+            self._reset_environments(rows, trajs)
+        turn_sampling = copy.copy(sampling)
+        turn_sampling.n = 1
+        end = CALL_END.get(self.cfg.tool_format)
+        if self.runner is not None and end and end not in sampling.stop:
+            turn_sampling.stop = list(sampling.stop) + [end]
+        latencies, per_tool = [], Counter()
+        for _ in range(self.cfg.max_turns):
+            live = [t for t in trajs if not t.done]
+            if not live:
+                break
+            self._model_turn(rows, live, turn_sampling, sampling.max_new_tokens)
+            self._answer_turn([t for t in live if not t.done], latencies, per_tool)
+        for t in trajs:
+            t.done = True
+        batch = self._assemble(rows, trajs)
+        self._metrics = self._summarize(trajs, latencies, per_tool)
+        return batch
+
+    def _reset_environments(self, rows: Batch, trajs: list) -> None:
+        for t in trajs:
+            t.env = self.environment_cls()
+            sample = _sample_of(rows, t.row)
+            try:
+                first = t.env.reset(sample)
+            except Exception as exc:  # noqa: BLE001 - an environment that raises ends its own trajectory only
+                t.turns.append({"role": "environment", "text": f"error: {type(exc).__name__}: {exc}", "ok": False})
+                t.done = True
+                continue
+            if first:
+                self._append_answer(t, self.turns.observation_turn(first), "environment", first)
+
+    def _model_turn(self, rows: Batch, live: list, sampling: SamplingParams, per_turn: int) -> None:
+        """One batched engine call: the next model turn of every live trajectory."""
+        budget = min(self.cfg.max_total_tokens - len(t.ids) for t in live)
+        step = copy.copy(sampling)
+        step.max_new_tokens = max(1, min(per_turn, budget))
+        out = self.engine.generate(_contexts(rows, live, self.tokenizer), step)
+        eos = self.tokenizer.eos_token_id
+        for k, t in enumerate(live):
+            n = int(out.response_mask[k].sum())
+            ids = out.responses[k, :n].tolist()
+            logp = out.rollout_log_probs[k, :n].tolist()
+            t.append(ids, "assistant", logp)
+            t.model_turns += 1
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            t.turns.append({"role": "assistant", "text": text})
+            t.last_cut = bool(out.truncated[k]) or (n >= step.max_new_tokens and (not ids or ids[-1] != eos))
+            if len(t.ids) >= self.cfg.max_total_tokens:
+                t.done = t.truncated = True
+            t.pending_text = text
+
+    def _answer_turn(self, live: list, latencies: list, per_tool: Counter) -> None:
+        """Tool results (all calls of this turn, concurrently) or environment observations."""
+        if self.environment_cls is not None:
+            for t in live:
+                self._environment_step(t)
+            return
+        calls, owners, notes = [], [], defaultdict(list)
+        for t in live:
+            parsed = parse_tool_calls(t.pending_text, self.cfg.tool_format, self.cfg.tool_call_pattern)
+            if not parsed.calls and not parsed.errors:
+                t.done, t.truncated = True, t.last_cut  # no call: the final answer (cut if it ran out of tokens)
+                continue
+            for err in parsed.errors:
+                notes[id(t)].append(err if err.startswith("error") else f"error: {err}")
+                t.tool_errors += 1
+                t.malformed += 1
+            for call in parsed.calls:
+                if t.tool_calls >= self.cfg.max_tool_calls:
+                    notes[id(t)].append(f"error: tool-call limit reached ({self.cfg.max_tool_calls} per trajectory)")
+                    t.tool_errors += 1
+                    t.malformed += 1
+                    continue
+                t.tool_calls += 1
+                calls.append(call)
+                owners.append(t)
+        results = self.runner.run(calls) if calls else []
+        answers: dict = defaultdict(list)
+        for call, t, res in zip(calls, owners, results):
+            answers[id(t)].append((call, res))
+            latencies.append(res.seconds)
+            per_tool[call.name] += 1
+            t.tool_errors += not res.ok
+        for t in live:
+            if t.done:
+                continue
+            done = answers[id(t)]
+            texts = [r.text for _, r in done] + notes[id(t)]
+            for c, r in done:
+                t.turns.append({"role": "tool", "name": c.name, "text": r.text, "ok": r.ok})
+            for note in notes[id(t)]:
+                t.turns.append({"role": "tool", "name": None, "text": note, "ok": False})
+            if t.model_turns >= self.cfg.max_turns:
+                t.done = True  # the last model turn gets no answer
+                continue
+            ids = self.turns.close_assistant(t.ids) + self.turns.tool_turn(texts)
+            self._append_answer(t, ids, "tool", None)
+
+    def _environment_step(self, t: Trajectory) -> None:
+        try:
+            result = as_step_result(t.env.step(t.pending_text))
+            reward = float(result.reward)
+        except Exception as exc:  # noqa: BLE001 - contained in its trajectory (raises, or returns junk)
+            t.turns.append({"role": "environment", "text": f"error: {type(exc).__name__}: {exc}", "ok": False})
+            t.tool_errors += 1
+            t.done = True
+            return
+        t.env_reward += reward
+        t.turns.append({"role": "environment", "text": result.observation, "reward": reward})
+        if result.done or t.model_turns >= self.cfg.max_turns:
+            t.done = True
+            return
+        ids = self.turns.close_assistant(t.ids) + self.turns.observation_turn(result.observation)
+        self._append_answer(t, ids, "environment", None)
+
+    def _append_answer(self, t: Trajectory, ids: list, role: str, text) -> None:
+        room = self.cfg.max_total_tokens - len(t.ids)
+        if len(ids) >= room:  # no room left for the model to answer it: the trajectory ends here
+            t.done = t.truncated = True
+            return
+        t.append(ids, role)
+        if text is not None:
+            t.turns.append({"role": role, "text": text})
+
+    # ------------------------------------------------------------------ output
+    def _assemble(self, rows: Batch, trajs: list) -> Batch:
+        """The verl.batch layout: prompt block of `rows`, then each trajectory right-padded."""
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        width = max(1, max(len(t.ids) for t in trajs))
+        n = len(trajs)
+        resp = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.float32)
+        logp = torch.zeros((n, width), dtype=torch.float32)
+        real = torch.zeros((n, width), dtype=torch.long)
+        for i, t in enumerate(trajs):
+            k = len(t.ids)
+            if k:
+                resp[i, :k] = torch.tensor(t.ids, dtype=torch.long)
+                mask[i, :k] = torch.tensor(t.mask)
+                logp[i, :k] = torch.tensor(t.logp)
+                real[i, :k] = 1
+        input_ids = torch.cat([rows.input_ids.cpu(), resp], dim=1)
+        attention_mask = torch.cat([rows.attention_mask.cpu(), real], dim=1)
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask
+        extra = []
+        for i, t in enumerate(trajs):
+            e = dict(rows.extra[i]) if rows.extra else {}
+            e.update(turns=t.turns, turn_spans=t.spans, num_turns=t.model_turns, num_tool_calls=t.tool_calls,
+                     tool_errors=t.tool_errors)
+            if self.environment_cls is not None:
+                e["env_reward"] = t.env_reward
+            extra.append(e)
+        texts = tok.batch_decode([t.ids for t in trajs], skip_special_tokens=True)
+        return rows.replace(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            responses=resp, response_mask=mask, rollout_log_probs=logp, response_text=texts,
+                            truncated=[t.truncated for t in trajs], extra=extra)
+
+    def _summarize(self, trajs: list, latencies: list, per_tool: Counter) -> dict:
+        n = max(1, len(trajs))
+        tokens = sum(len(t.ids) for t in trajs)
+        masked = sum(len(t.ids) - int(sum(t.mask)) for t in trajs)
+        calls = sum(t.tool_calls for t in trajs)
+        m = {
+            "agent/turns_per_trajectory": sum(t.model_turns for t in trajs) / n,
+            "agent/tool_calls_per_trajectory": calls / n,
+            # failed or malformed calls / all attempted calls (0 when none was attempted)
+            "agent/tool_error_rate": sum(t.tool_errors for t in trajs) / max(1, calls + sum(t.malformed for t in trajs)),
+            "agent/masked_token_share": masked / max(1, tokens),
+            "agent/trajectories_with_tool_call": sum(t.tool_calls > 0 for t in trajs) / n,
+        }
+        if latencies:
+            m["agent/tool_latency_s_mean"] = sum(latencies) / len(latencies)
+            m["agent/tool_latency_s_max"] = max(latencies)
+        for name, count in per_tool.items():
+            m[f"agent/tool_calls/{name}"] = count / n
+        if self.environment_cls is not None:
+            m["agent/env_reward_mean"] = sum(t.env_reward for t in trajs) / n
+        return m
+
+
+def _sample_of(rows: Batch, i: int) -> dict:
+    """The data row an environment's reset() sees: prompt text, answer and the row's extra fields."""
+    sample = dict(rows.extra[i]) if rows.extra else {}
+    sample.update(prompt=rows.prompt_text[i] if rows.prompt_text else None,
+                  answer=rows.ground_truth[i] if rows.ground_truth else None)
+    return sample
+
+
+def _contexts(rows: Batch, live: list, tokenizer) -> Batch:
+    """The live trajectories' whole contexts (prompt + turns so far), left-padded, as a prompt Batch."""
+    seqs = []
+    for t in live:
+        prompt = rows.input_ids[t.row][rows.attention_mask[t.row] > 0].tolist()
+        seqs.append(prompt + t.ids)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        att[i, width - len(s):] = 1
+    pick = [t.row for t in live]
+    sub = rows.select(pick)
+    return sub.replace(input_ids=ids, attention_mask=att, position_ids=None)
+
+
+def build_multi_turn(engine: RolloutEngine, tokenizer, config) -> MultiTurnRollout:
+    """The multi-turn wrapper `config.rollout` asks for, around `engine`."""
+    from verl.agents.environment import load_environment
+    from verl.agents.tools import load_tools
+    from verl.data.prompts import uses_chat_template
+
+    r = config.rollout
+    tools = load_tools(r.tools) if r.tools else []
+    env = load_environment(r.environment) if r.environment else None
+    return MultiTurnRollout(engine, tokenizer, r, chat=uses_chat_template(tokenizer, config.data), tools=tools,
+                            environment=env)
