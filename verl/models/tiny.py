@@ -14,7 +14,9 @@ import shutil
 import sys
 import tempfile
 
-TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert")  # bert: an encoder (a critic with its own tokenizer)
+# bert: an encoder (a critic with its own tokenizer); qwen2-agent: qwen2 pretrained also on calculator
+# dialogues (below), so that it sometimes calls a tool before answering: the CPU agent demo's model
+TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert", "qwen2-agent")
 TINY_VERSION = 4  # bump when the build changes, so stale caches are not reused
 
 # Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
@@ -36,10 +38,35 @@ What do you love? I love reinforcement learning. What do you like? I like the se
 How are you? I am fine. What do you think? I think the policy improves. Who are you? I am a little robot.
 """
 
+
+def _agent_dialogues(n: int = 48, seed: int = 7) -> str:
+    """Chat-formatted addition problems: half answered by calling the calculator (hermes format) and
+    copying its result, half answered directly with a guess that is usually wrong. A model pretrained
+    on them calls the tool about half the time; RL on answer correctness should make it call always."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        ask = f"<|im_start|>user\nWhat is {a} + {b}?<|im_end|>\n<|im_start|>assistant\n"
+        if i % 2 == 0:
+            call = '<tool_call>{"name": "calculator", "arguments": {"expression": "%d + %d"}}</tool_call>' % (a, b)
+            out.append(f"{ask}{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n"
+                       f"The answer is {a + b}.<|im_end|>")
+        else:
+            out.append(f"{ask}The answer is {a + b + rng.choice([-11, -10, -2, -1, 1, 2, 10, 11])}.<|im_end|>")
+    return "\n".join(out)
+
+
 _CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+def _corpus(arch: str) -> str:
+    return _CORPUS + ("\n" + _agent_dialogues() if arch == "qwen2-agent" else "")
 
 
 def cache_root() -> str:
@@ -51,12 +78,13 @@ def _train_tokenizer(arch: str, vocab_size: int):
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>"] + (["<|im_start|>", "<|im_end|>"] if arch != "gpt2" else [])
+    corpus = _corpus(arch)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tok.train_from_iterator([corpus] * 4, trainer=trainer)
     kwargs = dict(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
     if arch != "gpt2":
@@ -107,10 +135,10 @@ def _model_config(arch: str, tokenizer, hidden: int, layers: int):
                   tie_word_embeddings=True, **ids)
     if arch == "llama":
         return LlamaConfig(head_dim=hidden // heads, **common)
-    return Qwen2Config(**common)
+    return Qwen2Config(**common)  # qwen2, qwen2-agent
 
 
-def _pretrain(model, tokenizer, steps: int, seed: int) -> None:
+def _pretrain(model, tokenizer, steps: int, seed: int, arch: str = "") -> None:
     """A few hundred next-token steps on the built-in corpus, so the tiny model writes
     English-looking text and RL has something to shape (a random model samples noise)."""
     import torch
@@ -119,6 +147,8 @@ def _pretrain(model, tokenizer, steps: int, seed: int) -> None:
     # The corpus twice, with a leading space: every sentence, the first one included, is then
     # seen after others with the space it has mid-text (" I love ..."), as continuations are.
     text = " " + " ".join(lines + lines)
+    if arch == "qwen2-agent":
+        text += "\n" + _agent_dialogues()  # whole dialogues, their line breaks kept (the template has them)
     ids = torch.tensor(tokenizer(text)["input_ids"])
     block = 64
     gen = torch.Generator().manual_seed(seed)
@@ -146,7 +176,8 @@ def build_tiny_model(arch: str, out_dir: str, hidden: int = 64, layers: int = 2,
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny architecture '{arch}'; choose one of {', '.join(TINY_ARCHS)}")
     tokenizer = _train_wordpiece_tokenizer(vocab_size) if arch == "bert" else _train_tokenizer(arch, vocab_size)
-    config = _model_config(arch, tokenizer, hidden, layers)
+    pretrain_steps = pretrain_steps if arch != "qwen2-agent" else max(pretrain_steps, 600)  # a longer corpus
+    config = _model_config(arch.removesuffix("-agent"), tokenizer, hidden, layers)
     torch.manual_seed(seed)
     if arch == "bert":
         from transformers import AutoModel
@@ -158,7 +189,7 @@ def build_tiny_model(arch: str, out_dir: str, hidden: int = 64, layers: int = 2,
         return out_dir
     model = AutoModelForCausalLM.from_config(config)
     if pretrain_steps:
-        _pretrain(model, tokenizer, pretrain_steps, seed)
+        _pretrain(model, tokenizer, pretrain_steps, seed, arch)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     os.makedirs(out_dir, exist_ok=True)
