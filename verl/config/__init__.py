@@ -12,6 +12,7 @@ Unknown keys, wrong types and impossible values raise ConfigError naming the key
 
 from verl.config.algorithm import (AlgorithmConfig, DynamicSamplingConfig, KLControlConfig, OverlongPenaltyConfig,
                                    apply_preset)
+from verl.config.async_training import AsyncTrainingConfig
 from verl.config.build import build_section, config_from_dict, load_config
 from verl.config.checkpoint import CheckpointConfig
 from verl.config.critic import CriticConfig
@@ -28,7 +29,7 @@ from verl.config.training import TrainingConfig
 from verl.config.yaml_io import parse_overrides, read_yaml
 from verl.errors import ConfigError
 
-__all__ = ["AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError", "CriticConfig", "DataConfig",
+__all__ = ["AlgorithmConfig", "AsyncTrainingConfig", "CheckpointConfig", "Config", "ConfigError", "CriticConfig", "DataConfig",
            "DistributedConfig", "DynamicSamplingConfig", "KLControlConfig", "LoggingConfig", "LoraConfig",
            "ModelConfig", "MultiTurnConfig", "OverlongPenaltyConfig", "RewardFnConfig", "RolloutConfig", "TrainingConfig",
            "apply_preset", "build_section", "config_from_dict", "did_you_mean", "load_config", "parse_overrides",

@@ -60,8 +60,10 @@ class RolloutConfig(Section):
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
     # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
     enforce_eager: Optional[bool] = key(None, resume_safe=True)
-    # Truncated importance sampling: weight tokens by min(pi_old/pi_engine, cap); 0 = off
+    # Importance correction engine -> pi_old (verl/algorithms/off_policy.py); 0 = off. is_mode truncate:
+    # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0
     tis_cap: float = key(0.0, ge=0)
+    is_mode: str = key("truncate", choices="verl.algorithms.off_policy:IS_MODES")
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)

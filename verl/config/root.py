@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from verl.config.algorithm import AlgorithmConfig, apply_preset
+from verl.config.async_training import AsyncTrainingConfig
 from verl.config.checkpoint import CheckpointConfig
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
@@ -34,6 +35,7 @@ class Config(Section):
     logging: LoggingConfig = key(factory=LoggingConfig)
     checkpoint: CheckpointConfig = key(factory=CheckpointConfig)
     distributed: DistributedConfig = key(factory=DistributedConfig)
+    async_training: AsyncTrainingConfig = key(factory=AsyncTrainingConfig)
     seed: int = 42
     device: str = key("auto", resume_safe=True)  # auto | cpu | cuda | cuda:N
 
@@ -123,6 +125,8 @@ def check_cross_sections(cfg: Config) -> None:
 
     if cfg.distributed.backend == "ray":
         _check_ray(cfg)
+    if cfg.async_training.enable:
+        _check_async(cfg)
     if ck.save_mode == "lora" and m.lora.rank == 0:
         raise ConfigError("checkpoint.save_mode: 'lora' needs model.lora.rank > 0")
     if ck.save_dir is None:
@@ -147,3 +151,16 @@ def _check_ray(cfg: Config) -> None:
     if t.mini_batch_size < ranks:
         raise ConfigError(f"training.mini_batch_size: {t.mini_batch_size} sequences cannot feed {ranks} "
                           "data-parallel ranks (each rank needs at least one per mini-batch)")
+
+
+def _check_async(cfg: Config) -> None:
+    """Overlapping generation with the update needs an engine that does not generate with the very
+    module being trained, and one process (for now)."""
+    r = cfg.rollout
+    if cfg.distributed.backend == "ray":
+        raise ConfigError("async_training.enable: not supported with distributed.backend: ray yet; use "
+                          "distributed.backend: none")
+    if cfg.async_training.max_staleness > 0 and r.name == "hf" and not r.hf_weight_copy:
+        raise ConfigError("async_training.max_staleness: > 0 generates while the actor trains, so the engine needs "
+                          "weights of its own: set rollout.hf_weight_copy: true (or rollout.name: vllm), or "
+                          "max_staleness: 0")

@@ -120,7 +120,7 @@ class RunHooks:
         during them ends the run at once: nothing was trained, so there is nothing to save."""
         t = self.trainer
         # A step that a stop abandons before its update (stop_mid_step) must draw the same prompts on resume.
-        self._step_start_data = t.train_data.state_dict()
+        self._step_start_data = t.run_state.data.state_dict()
         if self.started:
             return
         self.started = True
@@ -229,7 +229,8 @@ class RunHooks:
         t = self.trainer
         total = t.config.training.total_steps
         if self._step_start_data is not None:
-            t.train_data.load_state_dict(self._step_start_data)
+            t.experience.close()  # (asynchronous) no producer draws while the loader is rewound
+            t.run_state.data.load_state_dict(self._step_start_data)
         if t.global_step == 0:
             self.close()
             raise StopTraining(f"{exc} of step 1; nothing was trained yet, so there is nothing to save")
@@ -307,6 +308,7 @@ class RunHooks:
         return any(row.get("key") == key and row.get("step") == step for row in rows)
 
     def close(self) -> None:
+        self.trainer.experience.close()  # an asynchronous rollout's producer stops
         if self.progress is not None:
             self.progress.close()
         if self.util is not None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 import time
 
 import torch
@@ -23,12 +24,18 @@ class StageTimer:
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self._stack: list[float] = []  # time already charged to nested stages, per open stage
+        self._owner = threading.get_ident()
 
     def reset(self) -> None:
+        """A new step, timed in the calling thread; calls from other threads (the asynchronous
+        rollout's producer) run untimed, since their seconds overlap the step's own."""
         self.seconds = {}
         self._stack = []
+        self._owner = threading.get_ident()
 
     def __call__(self, stage: str, fn, *args, **kwargs):
+        if threading.get_ident() != self._owner:
+            return fn(*args, **kwargs)
         start = time.perf_counter()
         self._stack.append(0.0)
         try:

@@ -31,6 +31,7 @@ from verl.signals import Interrupted
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
 from verl.trainer.experience import add_advantages, policy_kl
+from verl.trainer.experience_source import build_experience_source
 from verl.trainer.inputs import attach_inputs
 from verl.trainer.timer import StageTimer, stage
 
@@ -66,11 +67,12 @@ class Trainer:
         self.actor, self.reference, self.critic = roles.actor, roles.reference, roles.critic
         self.reward, self.rollout = roles.reward, roles.rollout
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
+        self.experience = build_experience_source(self)  # now, or a producer thread ahead (async_training)
         self.timer = StageTimer()
         self.counters = RunCounters()
         self._parts: dict = {}  # the current step's metrics, by stage
         # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).
-        self.run_state = RunState(self.actor, self.critic, self.rollout, self.train_data, self.kl_ctrl,
+        self.run_state = RunState(self.actor, self.critic, self.rollout, self.experience.data, self.kl_ctrl,
                                   self.counters, self.tokenizer, cfg)
         self.output_dir = cfg.checkpoint.save_dir
         from verl.trainer.hooks import RunHooks
@@ -87,15 +89,14 @@ class Trainer:
         self.hooks.before_step()
         self.timer.reset()
         self._seed_step()
-        batch, _ = self.generate_experience(self.train_data.next_batch())  # 1-2. sample, score
-        self.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
+        batch = self.experience.next_batch()                              # 1-2. sample, score
         self.compute_old_log_probs(batch)                                 # 3. log pi_old, log pi_ref, V
         self.compute_ref_log_probs(batch)
         self.compute_values(batch)
         self.compute_advantages(batch)                                    # 4.
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
-        self.sync_weights()                                               # 7. new weights -> engine
+        self.experience.after_update()                                    # 7. new weights -> engine
         self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
         self.counters.global_step += 1
         self._last_batch = batch
@@ -118,18 +119,23 @@ class Trainer:
         """Sample n responses per prompt and score them; the algorithm may add rollouts (ReMax),
         filter groups (DAPO) and mask responses. Returns the batch and the rollout metrics (also
         kept for the step's metrics)."""
-        batch = self._sample_and_score(prompts)
-        batch, metrics = self.algorithm.filter_groups(batch, lambda: self._sample_and_score(self.train_data.next_batch()))
+        reward_metrics: dict = {}
+        batch = self._sample_and_score(prompts, reward_metrics)
+        batch, metrics = self.algorithm.filter_groups(
+            batch, lambda: self._sample_and_score(self.train_data.next_batch(), reward_metrics))
         self.algorithm.mask_responses(batch)
         metrics.update(self.rollout.metrics())  # e.g. agent/* for multi-turn rollouts
-        self._parts["rollout"] = metrics
+        metrics.update(reward_metrics)
         return batch, metrics
 
-    def _sample_and_score(self, prompts: Batch) -> Batch:
+    def _sample_and_score(self, prompts: Batch, reward_metrics: dict) -> Batch:
+        """One generation and its scores; the reward metrics of the last call land in `reward_metrics`."""
         batch = self.rollout.generate(prompts, self.sampling)
-        batch.scores, self._reward_metrics = self.score(batch)
+        batch.scores, scored = self.score(batch)
         self.algorithm.extra_rollouts(prompts, batch, self.rollout, self.score)
-        self._reward_metrics.update(self.algorithm.shape_scores(batch, self.sampling.max_new_tokens))
+        scored.update(self.algorithm.shape_scores(batch, self.sampling.max_new_tokens))
+        reward_metrics.clear()
+        reward_metrics.update(scored)
         return batch
 
     @stage("reward")
@@ -167,7 +173,8 @@ class Trainer:
 
     @stage("update_actor")
     def update_actor(self, batch: Batch) -> None:
-        self._parts["actor"] = self.actor.update(batch) if self.algorithm.updates_actor(self.global_step) else {}
+        with self.experience.updating():  # an asynchronous rollout does not read the weights meanwhile
+            self._parts["actor"] = self.actor.update(batch) if self.algorithm.updates_actor(self.global_step) else {}
 
     @stage("update_weights")
     def sync_weights(self) -> None:
@@ -197,7 +204,6 @@ class Trainer:
             # Engine vs actor log-probs on the sampled tokens: large means stale weights.
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
-        m.update(self._reward_metrics)
         for name in ("rollout", "advantages", "critic", "actor", "sync"):
             m.update(self._parts.get(name) or {})
         m.update(self.timer.metrics())

@@ -27,6 +27,7 @@ import torch
 
 from verl.algorithms.aggregation import aggregate_loss
 from verl.algorithms.kl import kl_penalty
+from verl.algorithms.off_policy import importance_weights
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
@@ -47,6 +48,7 @@ class Actor(TrainingState):
 
     def __init__(self, model_cfg, training_cfg, algorithm_cfg, device: torch.device, micro: MicroBatching, *,
                  seed: int, max_response_len: int, temperature: float = 1.0, tis_cap: float = 0.0,
+                 is_mode: str = "truncate",
                  model: torch.nn.Module | None = None, adapt_to_memory: bool = True):
         """model_cfg, training_cfg, algorithm_cfg: the config's model, training and algorithm
         sections; max_response_len, temperature, tis_cap: rollout.max_new_tokens, the sampling
@@ -80,6 +82,7 @@ class Actor(TrainingState):
         self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")
         self.scheduler = build_scheduler(self.optimizer, t)
         self.max_response_len, self.temperature, self.tis_cap = max_response_len, temperature, tis_cap
+        self.is_mode = is_mode
         self.generator = torch.Generator().manual_seed(seed)  # mini-batch shuffling
         self.adapt_to_memory = adapt_to_memory
         self.budget = TokenBudget.maybe(
@@ -97,7 +100,8 @@ class Actor(TrainingState):
         r = config.rollout
         return dict(model_cfg=config.model, training_cfg=config.training, algorithm_cfg=config.algorithm,
                     micro=MicroBatching.from_training(config.training), seed=config.seed,
-                    max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0, tis_cap=r.tis_cap)
+                    max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0, tis_cap=r.tis_cap,
+                    is_mode=r.is_mode)
 
     @classmethod
     def from_config(cls, config, device: torch.device, model: torch.nn.Module | None = None, **kwargs) -> "Actor":
@@ -240,10 +244,12 @@ class Actor(TrainingState):
         {metric: contribution to the mini-batch total}, {metric: micro-batch mean})."""
         a = self.algorithm
         mask = mb.response_mask
-        is_weights = None
+        is_weights, is_stats = None, {}
         if self.tis_cap > 0 and mb.rollout_log_probs is not None:
-            # Truncated importance sampling: correct for engine/actor mismatch, capped.
-            is_weights = torch.exp(mb.old_log_probs - mb.rollout_log_probs).clamp(max=self.tis_cap)
+            # Importance correction between the engine that sampled (stale weights, another kernel) and
+            # pi_old: truncated or masked (rollout.is_mode), at rollout.tis_cap (verl.algorithms.off_policy).
+            is_weights, is_stats = importance_weights(mb.old_log_probs, mb.rollout_log_probs, mask, self.is_mode,
+                                                      self.tis_cap)
         pg_loss, pg_metrics = compute_policy_loss(
             a.policy_loss, logp, mb.old_log_probs, mb.advantages, mask,
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
@@ -259,4 +265,5 @@ class Actor(TrainingState):
             kl_term = aggregate_loss(kl, mask, a.loss_agg_mode, **counts)
             loss = loss + a.kl_loss_coef * kl_term
             sums["actor/kl_loss"] = kl_term.detach()
+        pg_metrics.update({f"is_{k}": v for k, v in is_stats.items()})
         return loss, sums, {f"actor/{k}": v for k, v in pg_metrics.items()}

@@ -1,0 +1,122 @@
+"""Asynchronous training (verl/trainer/experience_source.py): staleness 0 is the synchronous run bit
+for bit, the staleness bound and version tags hold, importance weights are applied, a resume is
+exact, and a failing or hung rollout stops the run with a clear error."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from conftest import small_overrides
+from verl import create_trainer, load_config
+from verl.errors import ConfigError
+
+BASE = {"algorithm.name": "grpo", "training.total_steps": 3, "training.batch_size": 2, "training.micro_batch_size": 4,
+        "training.lr": 1e-2, "rollout.tis_cap": 2.0}
+KEYS = ("reward", "pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "entropy", "actor/is_ratio_mean")
+
+
+def _run(tmp_path, name, steps=3, **extra):
+    cfg = load_config(None, small_overrides(tmp_path / name, **{**BASE, "training.total_steps": steps, **extra}))
+    trainer = create_trainer(cfg)
+    metrics, versions = [], []
+    for _ in range(steps):
+        m = trainer.step()
+        metrics.append(m)
+        versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer._last_batch.extra]))
+    params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    trainer.hooks.close()
+    return metrics, params, versions
+
+
+def test_staleness_zero_is_the_synchronous_trainer_bit_for_bit(tmp_path, tiny_gpt2):
+    sync_m, sync_p, _ = _run(tmp_path, "sync")
+    async_m, async_p, versions = _run(tmp_path, "async", **{"async_training.enable": "true",
+                                                             "async_training.max_staleness": 0})
+    for name, value in sync_p.items():
+        assert torch.equal(value, async_p[name]), name
+    for s, a in zip(sync_m, async_m):
+        for key in KEYS:
+            assert s[key] == a[key], key
+    assert all(v == [step] * len(v) for step, v in versions)  # every sample from the current weights
+    assert all(m["async/staleness_max"] == 0 for m in async_m)
+
+
+def test_staleness_bound_and_version_tags(tmp_path, tiny_gpt2):
+    metrics, _, versions = _run(tmp_path, "k1", steps=4, **{"async_training.enable": "true",
+                                                             "async_training.max_staleness": 1,
+                                                             "rollout.hf_weight_copy": "true"})
+    # Batch i+1 is generated while batch i trains: from the weights after update i-1 (one version old),
+    # or after update i when the producer's sync waited for that update to end. Never older.
+    staleness = [step - v[0] for step, v in versions]
+    assert staleness[0] == 0 and all(s in (0, 1) for s in staleness), staleness
+    assert all(len(set(v)) == 1 for _, v in versions)  # one version per batch, recorded on every sample
+    assert [m["async/staleness_max"] for m in metrics] == [float(s) for s in staleness]
+    assert all(m["async/dropped_samples"] == 0 for m in metrics)
+    for s, m in zip(staleness, metrics):
+        if s == 1:  # one update old: the engine's log-probs differ from pi_old, the weights are not all 1
+            assert abs(m["actor/is_ratio_mean"] - 1.0) > 1e-6
+
+
+def test_staleness_above_zero_needs_an_engine_with_its_own_weights(tmp_path):
+    with pytest.raises(ConfigError, match="rollout.hf_weight_copy: true"):
+        load_config(None, small_overrides(tmp_path, **{"async_training.enable": "true"}))
+
+
+def test_resume_in_async_mode_is_exact(tmp_path, tiny_gpt2):
+    extra = {"async_training.enable": "true", "async_training.max_staleness": 0, "checkpoint.save_full_every": 2}
+    _, whole, _ = _run(tmp_path, "whole", steps=4, **extra)
+    _run(tmp_path, "parts", steps=2, **extra)
+    cfg = load_config(None, small_overrides(tmp_path / "parts", **{**BASE, "training.total_steps": 4, **extra,
+                                                                    "checkpoint.resume": "auto"}))
+    trainer = create_trainer(cfg)
+    assert trainer.global_step == 2
+    trainer.train()
+    for name, p in trainer.actor.model.named_parameters():
+        assert torch.equal(p.detach(), whole[name]), name
+
+
+def test_a_failing_rollout_stops_the_run_with_its_error(tmp_path, tiny_gpt2):
+    cfg = load_config(None, small_overrides(tmp_path, **{**BASE, "async_training.enable": "true",
+                                                         "async_training.max_staleness": 0}))
+    trainer = create_trainer(cfg)
+    engine = trainer.rollout._engine
+    calls = {"n": 0}
+    real = engine.generate
+
+    def flaky(prompts, sampling):  # the producer's second batch fails (validation calls do not count)
+        if threading.current_thread().name == "verl-async-rollout":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError("the engine died")
+        return real(prompts, sampling)
+
+    engine.generate = flaky
+    trainer.step()
+    with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
+        trainer.step()
+    trainer.hooks.close()
+
+
+def test_a_hung_rollout_times_out(tmp_path, tiny_gpt2):
+    cfg = load_config(None, small_overrides(tmp_path, **{**BASE, "async_training.enable": "true",
+                                                         "async_training.max_staleness": 0,
+                                                         "async_training.timeout_s": 2}))
+    trainer = create_trainer(cfg)
+    engine = trainer.rollout._engine
+    real = engine.generate
+
+    def hung(prompts, sampling):  # the producer's generation hangs (the baseline answer does not)
+        if threading.current_thread().name == "verl-async-rollout":
+            time.sleep(30)
+        return real(prompts, sampling)
+
+    engine.generate = hung
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"produced no batch in 2 s \(async_training.timeout_s\)"):
+        trainer.step()
+    assert time.monotonic() - start < 20
+    trainer.experience.stop.set()

@@ -1,0 +1,206 @@
+"""Where a step's experience comes from: generated now (synchronous), or by a producer thread that
+runs ahead of the update by at most `async_training.max_staleness` policy versions (docs/async.md).
+
+    source = build_experience_source(trainer)
+    batch = source.next_batch()          # 1-2. a scored batch
+    with source.updating(): ...          # 6. the actor update (the producer never syncs mid-update)
+    source.after_update()                # 7. the new weights reach the engine: now, or before its next batch
+
+Synchronous: generate with the last update's weights, put the engine to sleep for the update,
+sync after it (the hybrid engine). Asynchronous: batch i is generated as soon as the engine's
+weights are at most k updates behind (version >= i - k); each sample is tagged with the policy
+version that produced it (extra["policy_version"]); the trainer drops samples older than the bound
+(counted) and corrects the rest with the importance weights of `rollout.tis_cap` / `rollout.is_mode`.
+With k = 0 the producer waits for each update, so the run is the synchronous one, bit for bit.
+
+Checkpoints in asynchronous mode do not hold the queued batches: they save the prompt loader's
+position before the first batch not yet trained on, so a resume regenerates those batches (from
+the same prompts and per-step seeds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+
+import torch
+
+from verl.batch import Batch
+
+
+class SyncExperience:
+    def __init__(self, trainer):
+        self.t = trainer
+        self.data = trainer.train_data  # what a checkpoint saves of the prompt stream
+
+    def next_batch(self) -> Batch:
+        t = self.t
+        batch, t._parts["rollout"] = t.generate_experience(t.train_data.next_batch())
+        t.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
+        return batch
+
+    def updating(self):
+        return contextlib.nullcontext()
+
+    def after_update(self) -> None:
+        self.t.sync_weights()  # the timed stage update_weights
+
+    def close(self) -> None:
+        pass
+
+
+class _LockedEngine:
+    """The rollout engine with one lock around its calls: the producer's generation and weight sync,
+    and the trainer's validation, never run on it at the same time."""
+
+    def __init__(self, engine, lock):
+        self._engine, self._lock = engine, lock
+
+    def generate(self, prompts, sampling):
+        with self._lock:
+            return self._engine.generate(prompts, sampling)
+
+    def sync_weights(self, model):
+        with self._lock:
+            return self._engine.sync_weights(model)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+class _ConsumedData:
+    """The prompt loader as a checkpoint sees it in asynchronous mode: its position before the first
+    batch the trainer has not consumed (the producer has drawn further)."""
+
+    def __init__(self, source: "AsyncExperience"):
+        self.source = source
+
+    def state_dict(self) -> dict:
+        return self.source.resume_data_state()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.source.t.train_data.load_state_dict(state)
+
+
+class AsyncExperience:
+    def __init__(self, trainer):
+        self.t = trainer
+        cfg = trainer.config.async_training
+        self.k, self.timeout_s = cfg.max_staleness, cfg.timeout_s
+        self.engine = _LockedEngine(trainer.rollout, threading.RLock())
+        self.lock = threading.Lock()  # guards `drawn` (and the loader's position with it)
+        trainer.rollout = self.engine  # validation goes through the lock too
+        self.data = _ConsumedData(self)
+        self.version = 0  # updates whose weights the producer may use (published by next_batch)
+        self.cond = threading.Condition()
+        self.updating_lock = threading.Lock()
+        self.weights_version = 0  # updates the actor's weights hold (counted under updating_lock)
+        self.items: queue.Queue = queue.Queue(maxsize=self.k + 1)
+        self.thread = None
+        self.stop = threading.Event()
+        self.drawn = []  # loader states before each batch drawn and not yet trained on, oldest first
+        self.dropped = 0
+
+    # ------------------------------------------------------------------ producer
+    def _start(self) -> None:
+        self.weights_version = self.t.global_step
+        self.next_index = self.t.global_step
+        self.thread = threading.Thread(target=self._produce, name="verl-async-rollout", daemon=True)
+        self.thread.start()
+
+    def _produce(self) -> None:
+        t = self.t
+        synced = None
+        try:
+            while not self.stop.is_set():
+                i = self.next_index
+                with self.cond:  # batch i may use weights at most k updates old
+                    while self.version < i - self.k and not self.stop.is_set():
+                        self.cond.wait(timeout=1.0)
+                if self.stop.is_set():
+                    return
+                with self.updating_lock:  # never read the weights in the middle of an update
+                    version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
+                    if synced != version:
+                        self.engine.sync_weights(t.actor.model)
+                        synced = version
+                with self.lock:
+                    self.drawn.append(t.train_data.state_dict())
+                    prompts = t.train_data.next_batch()
+                torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
+                started = time.perf_counter()
+                batch, metrics = t.generate_experience(prompts)
+                metrics["timing_s/async_generate"] = time.perf_counter() - started
+                for e in batch.extra:
+                    e["policy_version"] = version
+                self.next_index = i + 1
+                self.items.put((batch, metrics, version))
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops with it
+            self.items.put(exc)
+
+    # ------------------------------------------------------------------ trainer side
+    def next_batch(self) -> Batch:
+        if self.thread is None:
+            self._start()
+        # The weights of every update so far are the actor's now: the producer may use them. Published
+        # here, when the trainer asks for its next batch (not right after the update), so that with k = 0
+        # nothing generates while the rest of a step (logging, validation, checkpoints) runs.
+        with self.cond:
+            self.version = self.t.global_step
+            self.cond.notify_all()
+        deadline = time.monotonic() + self.timeout_s
+        waited = time.perf_counter()
+        while True:
+            try:
+                item = self.items.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                alive = self.thread.is_alive()
+                raise RuntimeError(f"the asynchronous rollout produced no batch in {self.timeout_s:g} s "
+                                   f"(async_training.timeout_s); its thread is {'alive' if alive else 'dead'}") from None
+            if isinstance(item, BaseException):
+                raise RuntimeError(f"the asynchronous rollout failed: {type(item).__name__}: {item}") from item
+            batch, metrics, version = item
+            staleness = self.t.global_step - version
+            if staleness > self.k:  # cannot happen while the producer waits; counted if it does
+                self.dropped += len(batch)
+                with self.lock:
+                    self.drawn.pop(0)
+                continue
+            metrics.update({"async/staleness_mean": float(staleness), "async/staleness_max": float(staleness),
+                            "async/dropped_samples": float(self.dropped),
+                            "timing_s/async_wait": time.perf_counter() - waited})
+            self.t._parts["rollout"] = metrics
+            return batch
+
+    @contextlib.contextmanager
+    def updating(self):
+        with self.updating_lock:
+            yield
+            self.weights_version += 1
+
+    def after_update(self) -> None:
+        with self.lock:
+            self.drawn.pop(0)  # that batch is trained on: a resume no longer redoes it
+
+    def resume_data_state(self) -> dict:
+        """The loader position a resume starts from: before the oldest batch drawn but not yet trained."""
+        with self.lock:
+            return self.drawn[0] if self.drawn else self.t.train_data.state_dict()
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
+        while True:  # unblock a producer waiting to put
+            try:
+                self.items.get_nowait()
+            except queue.Empty:
+                break
+        if self.thread is not None:
+            self.thread.join(timeout=self.timeout_s)
+
+
+def build_experience_source(trainer):
+    return AsyncExperience(trainer) if trainer.config.async_training.enable else SyncExperience(trainer)
