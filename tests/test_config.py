@@ -124,3 +124,21 @@ def test_malformed_yaml_gives_line_and_column(tmp_path):
 def test_missing_config_file():
     with pytest.raises(ConfigError, match="config file not found"):
         load_config("/nonexistent/config.yaml")
+
+
+def test_rollout_name_auto_picks_vllm_on_a_gpu_when_installed(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    assert load_config(None, ["device=cpu"]).rollout.name == "hf"  # the CPU default: HF, silently
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find(name, *a))
+    cfg = load_config(None)
+    assert cfg.rollout.name == "vllm" and "auto -> vllm" in cfg.rollout.auto_note
+    assert load_config(None, ["rollout.name=hf"]).rollout.name == "hf"  # an explicit choice stays
+    assert load_config(None, ["rollout.hf_weight_copy=true"]).rollout.name == "hf"  # an HF-only key: HF
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find(name, *a))
+    cfg = load_config(None)
+    assert cfg.rollout.name == "hf" and "vLLM is not installed" in cfg.rollout.auto_note

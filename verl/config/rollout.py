@@ -38,7 +38,8 @@ class MultiTurnConfig(Section):
 @dataclass
 class RolloutConfig(Section):
     SECTION = "rollout"
-    name: str = key("hf", choices="verl.rollout.registry:ENGINES", resume_safe=True)
+    # auto: vllm on a CUDA device when vLLM is installed (the log says so), else hf
+    name: str = key("auto", choices="verl.rollout.registry:ENGINE_CHOICES", resume_safe=True)
     n: Optional[int] = key(None, ge=1)  # samples per prompt; None -> 1, or 4 for group estimators
     batch_size: Optional[int] = key(None, ge=1, resume_safe=True)  # sequences per engine call (None = all)
     max_new_tokens: int = key(32, ge=1)
@@ -77,6 +78,10 @@ class RolloutConfig(Section):
     multi_turn: MultiTurnConfig = key(factory=MultiTurnConfig)
 
     @property
+    def uses_hf_only_keys(self) -> bool:
+        return bool(self.hf_weight_copy or self.cache_implementation != "dynamic" or self.decode_loop != "transformers")
+
+    @property
     def is_multi_turn(self) -> bool:
         return bool(self.tools or self.environment)
 
@@ -95,13 +100,13 @@ class RolloutConfig(Section):
         at_most(self.n, MAX_SEQUENCES_PER_STEP, f"{path}.n", "samples per prompt must fit in memory")
         check_seed(self.seed, f"{path}.seed")
         # The Hugging Face backend's own keys, and the keys each needs.
-        if self.name != "hf" and self.hf_weight_copy:
+        if self.name not in ("hf", "auto") and self.hf_weight_copy:
             raise ConfigError(f"{path}.hf_weight_copy: only for rollout.name: hf (got rollout.name: {self.name})")
-        if self.name != "hf" and self.cache_implementation != "dynamic":
+        if self.name not in ("hf", "auto") and self.cache_implementation != "dynamic":
             raise ConfigError(f"{path}.cache_implementation: only for rollout.name: hf (got rollout.name: "
                               f"{self.name})")
         if self.decode_loop == "verl":
-            if self.name != "hf":
+            if self.name not in ("hf", "auto"):
                 raise ConfigError(f"{path}.decode_loop: verl is the Hugging Face backend's loop (got rollout.name: "
                                   f"{self.name})")
             if not self.hf_weight_copy:

@@ -77,11 +77,32 @@ def _default_output_dir(cfg: Config) -> str:
     return os.path.join("outputs", f"{os.path.basename(name)}-{cfg.algorithm.name}")
 
 
+def _default_engine(cfg: Config) -> tuple[str, str]:
+    """rollout.name: auto -> (engine, the line the trainer logs): vLLM on a CUDA device when it is
+    installed and no Hugging Face-only rollout key is set, else the Hugging Face backend."""
+    import importlib.util
+
+    on_gpu = cfg.device.startswith("cuda")
+    if cfg.device == "auto":
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        return "hf", ""
+    if cfg.rollout.uses_hf_only_keys:
+        return "hf", "rollout.name: auto -> hf (Hugging Face-only rollout keys are set)"
+    if importlib.util.find_spec("vllm") is None:
+        return "hf", "rollout.name: auto -> hf on the GPU: vLLM is not installed (pip install 'verl[vllm]')"
+    return "vllm", "rollout.name: auto -> vllm (a CUDA device and vLLM are here; rollout.name: hf to choose HF)"
+
+
 def check_cross_sections(cfg: Config) -> None:
     """Rules between sections, and the values derived from several of them."""
     from verl.algorithms.advantages import ESTIMATORS
 
     m, r, a, t, d, ck = cfg.model, cfg.rollout, cfg.algorithm, cfg.training, cfg.data, cfg.checkpoint
+    if r.name == "auto":
+        r.name, r.auto_note = _default_engine(cfg)
     if cfg.critic.share_actor and cfg.distributed.backend == "ray":
         raise ConfigError("critic.share_actor: not supported with distributed.backend: ray; "
                           "use a separate critic there (critic.share_actor: false)")

@@ -13,6 +13,8 @@ ENGINES = {
     "hf": "verl.rollout.hf_rollout:HFRollout",
     "vllm": "verl.rollout.vllm_rollout:VLLMRollout",
 }
+# rollout.name: an engine, or auto (vLLM on a GPU when it is installed, else HF; verl/config/root.py)
+ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 def engine_class(name: str):

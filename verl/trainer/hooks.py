@@ -63,6 +63,8 @@ class RunHooks:
         self.started = False
         self._step_start_data = None  # the prompt loader's state when the step in progress began
         self._restore()
+        if getattr(cfg.rollout, "auto_note", ""):  # which engine rollout.name: auto chose, on a GPU
+            self._say(cfg.rollout.auto_note)
         if self._full_path:
             note_checkpoint(self._full_path)  # a forced stop names it as the last completed checkpoint
 
