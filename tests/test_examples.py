@@ -18,7 +18,8 @@ def test_seed_qwen_example_validates():
 
 @pytest.mark.parametrize("path", ["examples/quickstart.yaml", "examples/arithmetic_grpo.yaml", "examples/arithmetic_ppo.yaml",
                                   "examples/arithmetic_grpo_cpu.yaml",
-                                  "examples/config_gpt2.yaml", "examples/config_qwen_tiny.yaml"])
+                                  "examples/config_gpt2.yaml", "examples/config_qwen_tiny.yaml",
+                                  "examples/agent_calculator_cpu.yaml", "examples/agent_calculator.yaml"])
 def test_example_configs_validate(path):
     load_config(path)
 
