@@ -133,13 +133,14 @@ class MultiTurnRollout(RolloutEngine):
 
     def _model_turn(self, rows: Batch, live: list, sampling: SamplingParams, per_turn: int) -> None:
         """One batched engine call: the next model turn of every live trajectory."""
-        budget = min(self.cfg.max_total_tokens - len(t.ids) for t in live)
+        # One cap for the call (the engines take one): the most any live trajectory has room for; a
+        # trajectory with less keeps the prefix that fits (still the sampled ids) and ends there.
         step = copy.copy(sampling)
-        step.max_new_tokens = max(1, min(per_turn, budget))
+        step.max_new_tokens = max(1, min(per_turn, max(self.cfg.max_total_tokens - len(t.ids) for t in live)))
         out = self.engine.generate(_contexts(rows, live, self.tokenizer), step)
         eos = self.tokenizer.eos_token_id
         for k, t in enumerate(live):
-            n = int(out.response_mask[k].sum())
+            n = min(int(out.response_mask[k].sum()), self.cfg.max_total_tokens - len(t.ids))
             ids = out.responses[k, :n].tolist()
             logp = out.rollout_log_probs[k, :n].tolist()
             t.append(ids, "assistant", logp)

@@ -136,9 +136,18 @@ class AsyncExperience:
                 for e in batch.extra:
                     e["policy_version"] = version
                 self.next_index = i + 1
-                self.items.put((batch, metrics, version))
+                self._put((batch, metrics, version))
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops with it
-            self.items.put(exc)
+            self._put(exc)
+
+    def _put(self, item) -> None:
+        """Queue `item`, waiting while the queue is full, until the source is closed (never forever)."""
+        while not self.stop.is_set():
+            try:
+                self.items.put(item, timeout=1.0)
+                return
+            except queue.Full:
+                continue
 
     # ------------------------------------------------------------------ trainer side
     def next_batch(self) -> Batch:
