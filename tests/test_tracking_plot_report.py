@@ -69,6 +69,18 @@ def test_plot_runs_png_size_and_overlay(tmp_path):
     assert len(axes[5].get_lines()) == 2  # validation plotted for both runs
 
 
+def test_agent_runs_get_a_tool_call_panel(tmp_path):
+    run = tmp_path / "agent"
+    run.mkdir()
+    rows = [{"step": i, "reward/mean": 0.1 * i, "agent/trajectories_with_tool_call": 0.2 * i} for i in range(1, 5)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    fig = plot_mod.dashboard_figure([str(run)])
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 7 and visible[6].get_title() == "Trajectories with a tool call (share)"
+    assert list(visible[6].get_lines()[0].get_ydata()) == [0.2, 0.4, 0.6000000000000001, 0.8]
+    assert png_size(plot_runs([str(run)], str(tmp_path / "a.png"))) == (1400, 1350)  # three rows of panels
+
+
 def test_plot_handles_missing_metrics_and_nulls(tmp_path):
     run = tmp_path / "sparse"
     run.mkdir()

@@ -24,6 +24,7 @@ PANELS = (  # (title, canonical key)
     ("Response length (mean tokens)", "response_length/mean"),
     ("Throughput (tokens/s)", "perf/tokens_per_s"),
 )
+AGENT_KEY = "agent/trajectories_with_tool_call"  # a seventh panel, for runs with tools (docs/agents.md)
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -93,10 +94,15 @@ def dashboard_figure(run_dirs: list[str], size=(14, 9), dpi=100):
     labels = run_labels(run_dirs)
     val_key = pick_val_key(records_per_run)
     panels = list(PANELS) + [(f"Validation ({val_key})" if val_key else "Validation", val_key)]
+    if any(AGENT_KEY in rec for records in records_per_run for rec in records):  # multi-turn tool runs
+        panels.append(("Trajectories with a tool call (share)", AGENT_KEY))
+    rows = math.ceil(len(panels) / 3)
 
-    fig = Figure(figsize=size, dpi=dpi)
+    fig = Figure(figsize=(size[0], size[1] * rows / 2), dpi=dpi)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 3)
+    axes = fig.subplots(rows, 3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     for ax, (title, key) in zip(axes.flat, panels):
         ax.set_title(title, fontsize=11)
         ax.set_xlabel("step")
