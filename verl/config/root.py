@@ -77,16 +77,20 @@ def _default_output_dir(cfg: Config) -> str:
     return os.path.join("outputs", f"{os.path.basename(name)}-{cfg.algorithm.name}")
 
 
+def _on_gpu(cfg: Config) -> bool:
+    if cfg.device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return cfg.device.startswith("cuda")
+
+
 def _default_engine(cfg: Config) -> tuple[str, str]:
     """rollout.name: auto -> (engine, the line the trainer logs): vLLM on a CUDA device when it is
     installed and no Hugging Face-only rollout key is set, else the Hugging Face backend."""
     import importlib.util
 
-    on_gpu = cfg.device.startswith("cuda")
-    if cfg.device == "auto":
-        import torch
-
-        on_gpu = torch.cuda.is_available()
+    on_gpu = _on_gpu(cfg)
     if not on_gpu:
         return "hf", ""
     if cfg.rollout.uses_hf_only_keys:
@@ -96,6 +100,25 @@ def _default_engine(cfg: Config) -> tuple[str, str]:
     return "vllm", "rollout.name: auto -> vllm (a CUDA device and vLLM are here; rollout.name: hf to choose HF)"
 
 
+def _check_sglang(cfg: Config) -> None:
+    """SGLang runs on CUDA only and is an extra of its own: say so when the config loads, not at
+    the first step (no fallback to another engine)."""
+    import importlib.util
+
+    on_gpu = _on_gpu(cfg)
+    if not on_gpu:
+        raise ConfigError(f"rollout.name: sglang needs a CUDA GPU (SGLang has no CPU build) and device is "
+                          f"{cfg.device}{' (no CUDA GPU here)' if cfg.device == 'auto' else ''}; "
+                          "use rollout.name: vllm or rollout.name: hf")
+    if cfg.model.dtype == "float32":
+        raise ConfigError("model.dtype: float32 cannot be generated with rollout.name: sglang (its CUDA kernels, "
+                          "e.g. RMSNorm, have no float32 path); use model.dtype: bfloat16 (the actor keeps float32 "
+                          "master weights under autocast) or rollout.name: vllm")
+    if importlib.util.find_spec("sglang") is None:
+        raise ConfigError("rollout.name: sglang needs SGLang, which is not installed: pip install 'verl[sglang]' "
+                          "(it cannot share an environment with verl[vllm])")
+
+
 def check_cross_sections(cfg: Config) -> None:
     """Rules between sections, and the values derived from several of them."""
     from verl.algorithms.advantages import ESTIMATORS
@@ -103,6 +126,8 @@ def check_cross_sections(cfg: Config) -> None:
     m, r, a, t, d, ck = cfg.model, cfg.rollout, cfg.algorithm, cfg.training, cfg.data, cfg.checkpoint
     if r.name == "auto":
         r.name, r.auto_note = _default_engine(cfg)
+    if r.name == "sglang":
+        _check_sglang(cfg)
     if cfg.critic.share_actor and cfg.distributed.backend == "ray":
         raise ConfigError("critic.share_actor: not supported with distributed.backend: ray; "
                           "use a separate critic there (critic.share_actor: false)")

@@ -12,6 +12,7 @@ import importlib
 ENGINES = {
     "hf": "verl.rollout.hf_rollout:HFRollout",
     "vllm": "verl.rollout.vllm_rollout:VLLMRollout",
+    "sglang": "verl.rollout.sglang_rollout:SGLangRollout",  # CUDA only
 }
 # rollout.name: an engine, or auto (vLLM on a GPU when it is installed, else HF; verl/config/root.py)
 ENGINE_CHOICES = ("auto", *ENGINES)

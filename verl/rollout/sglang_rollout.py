@@ -1,0 +1,362 @@
+"""SGLang backend: one in-process `sglang.Engine` (its scheduler runs in a child process on the same
+GPU), fed token ids, synced from the actor in memory.
+
+    engine = SGLangRollout(model_path, tokenizer, config.rollout, dtype="bfloat16", device="cuda")
+    engine.sync_weights(actor.model)      # actor -> engine through CUDA IPC, no disk
+    batch = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=64))
+    engine.sleep(); ...train...; engine.sync_weights(actor.model)   # wakes, reloads, maps the KV cache
+
+Requests. One `Engine.generate` call per step with every sample: each prompt row is sent n times
+(one request per sample, samples of a prompt adjacent, as the Batch lays them out); SGLang's radix
+cache computes the shared prompt prefix once. The engine keeps every generated token
+(`no_stop_trim`: EOS and stop strings stay in the response, as with the other engines).
+
+Log-probs. `return_logprob=True` reports, per generated token, log_softmax(logits / temperature)
+before top-k/top-p filtering (SGLang's default; the environment variable
+SGLANG_RETURN_ORIGINAL_LOGPROB would switch it to the raw, pre-temperature distribution, which the
+actor does not recompute, so it is refused). With top_p=1 and top_k off this is exactly what the
+actor recomputes (`verl.workers.logprobs`); greedy requests report log_softmax(logits).
+
+Seeds. SGLang draws from the engine's generator, seeded once with `rollout.seed` (`random_seed`);
+per-request seeds only take effect in its deterministic-inference mode, which this backend does
+not turn on (it costs throughput). Runs are reproducible per engine start, not per request.
+
+Weight sync. `Engine.update_weights_from_tensor` with Hugging Face names: the tensors travel to the
+scheduler process as CUDA IPC handles (no copy through host memory) and the model's own weight
+loaders copy them in, in buckets of at most SYNC_BUCKET_BYTES; the radix cache is flushed with the
+last bucket (its entries were computed with the old weights).
+
+Sleep mode (`rollout.enable_sleep_mode`, the engine started with SGLang's memory saver). Once
+synced from a module (the trainer's case), `sleep()` releases all of the engine's GPU memory
+(weights, KV cache, CUDA graphs) and the next `sync_weights()` (or `wake_up()`, which re-syncs from
+the module last synced) maps the weights back, reloads them and only then maps the rest, so the
+two are never held twice. An engine never synced from a module releases its KV cache only.
+Metrics as the vLLM backend's: rollout/sleep_s, rollout/sleep_freed_gib, rollout/wake_s,
+rollout/wake_taken_gib.
+
+Signals. SGLang's own SIGTERM/SIGQUIT handlers would replace the trainer's graceful stop; the
+engine keeps them out (`keep_signal_handlers`), and a failing SGLang child (SIGQUIT) ends the run
+with one line (`scheduler_failed`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Optional
+
+import torch
+
+from verl.batch import Batch
+from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
+
+INSTALL_HINT = ("rollout.name: sglang needs SGLang; install it with pip install 'verl[sglang]' "
+                "(a CUDA GPU; it cannot share an environment with verl[vllm])")
+NO_GPU_HINT = ("rollout.name: sglang needs a CUDA GPU (SGLang has no CPU build); "
+               "use rollout.name: vllm or rollout.name: hf")
+# Tensors per update_weights_from_tensor call: bounded so a 7B model does not travel as one message.
+SYNC_BUCKET_BYTES = 1 << 30
+
+
+def import_sglang():
+    try:
+        import sglang
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    if os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true"):
+        raise ValueError("SGLANG_RETURN_ORIGINAL_LOGPROB is set: SGLang would report pre-temperature log-probs, "
+                         "which are not the sampling distribution the trainer corrects for; unset it")
+    return sglang
+
+
+def scheduler_failed(signum, frame) -> None:
+    """SGLang's child processes send SIGQUIT to this one when they fail (SGLang's own handler kills
+    the process tree silently): one line saying what happened, the children stopped, exit 1.
+    Checkpoints already written are complete files (verl/checkpoint/durable_files.py)."""
+    print("error: SGLang's scheduler process failed (its log is above); the run stops here. Resume from the "
+          "last checkpoint with --resume", file=sys.stderr, flush=True)
+    try:
+        from sglang.srt.utils import kill_process_tree
+
+        kill_process_tree(os.getpid(), include_parent=False)
+    finally:
+        os._exit(1)
+
+
+def keep_signal_handlers(engine) -> None:
+    """Keep SIGTERM/SIGINT with the trainer's graceful stop (verl/signals.py) and SIGQUIT with
+    `scheduler_failed`. SGLang's request loop, created at the engine's first call, adds asyncio
+    signal handlers of its own (SIGTERM: drain, shut the scheduler down, then SIGKILL this process;
+    SIGQUIT: SIGKILL the process tree). On the H200 (2026-12-01) a SIGTERM to the trainer ended
+    with exit -9 that way, so the engine's loop is given an add_signal_handler that declines
+    (main thread only; SGLang registers none elsewhere)."""
+    loop = getattr(engine, "loop", None)
+    if loop is None:
+        return
+
+    def decline(sig, callback, *args):  # noqa: ARG001 - the signature of loop.add_signal_handler
+        return None
+
+    loop.add_signal_handler = decline
+
+
+def supported_architectures() -> Optional[set]:
+    """The model classes SGLang can run (None when its registry is not where this version keeps it)."""
+    try:
+        from sglang.srt.models.registry import ModelRegistry
+    except ImportError:
+        return None
+    return set(ModelRegistry.get_supported_archs())
+
+
+def check_architecture(model_path: str, supported: Optional[set]) -> None:
+    cfg_file = os.path.join(model_path, "config.json")
+    if supported is None or not os.path.exists(cfg_file):
+        return
+    with open(cfg_file, encoding="utf-8") as fh:
+        archs = json.load(fh).get("architectures") or []
+    if archs and not any(a in supported for a in archs):
+        raise ValueError(f"rollout.name: sglang does not support the architecture {', '.join(archs)} of "
+                         f"{model_path}; use rollout.name: vllm or rollout.name: hf for this model")
+
+
+def memory_types() -> tuple[str, ...]:
+    """The kinds of GPU memory the engine can release (weights, kv_cache, cuda_graph in 0.5.x)."""
+    try:
+        from sglang.srt.constants import GPU_MEMORY_ALL_TYPES
+        return tuple(GPU_MEMORY_ALL_TYPES)
+    except ImportError:
+        return ("weights", "kv_cache")
+
+
+def sampling_dict(sampling: SamplingParams, extra: dict) -> dict:
+    """SGLang's sampling parameters for one sample (n = 1: samples are separate requests)."""
+    greedy = sampling.greedy or sampling.temperature == 0
+    params = {
+        "max_new_tokens": sampling.max_new_tokens,
+        "temperature": 0.0 if greedy else sampling.temperature,
+        "top_p": 1.0 if greedy else sampling.top_p,
+        "top_k": -1 if greedy or sampling.top_k <= 0 else sampling.top_k,  # SGLang's "off" is -1
+        "no_stop_trim": True,  # keep EOS / the stop string's tokens: they were sampled and are trained on
+        "skip_special_tokens": False,
+    }
+    if sampling.stop:
+        params["stop"] = list(sampling.stop)
+    params.update(extra)
+    return params
+
+
+def weight_buckets(weights: list, limit: int = SYNC_BUCKET_BYTES) -> list[list]:
+    """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor alone)."""
+    buckets, current, size = [], [], 0
+    for name, tensor in weights:
+        n = tensor.numel() * tensor.element_size()
+        if current and size + n > limit:
+            buckets.append(current)
+            current, size = [], 0
+        current.append((name, tensor))
+        size += n
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def response_of(out: dict, index: int) -> tuple[list, list, bool]:
+    """(token ids, log-probs, finished) of one SGLang result; the ids are those the log-probs name."""
+    meta = out["meta_info"]
+    entries = meta.get("output_token_logprobs") or []
+    toks = [int(e[1]) for e in entries]
+    lps = [float(e[0]) for e in entries]
+    ids = out.get("output_ids")
+    if ids is not None and list(ids) != toks:
+        raise RuntimeError(f"SGLang returned log-probs that do not line up with the sampled tokens (sample {index})")
+    reason = meta.get("finish_reason") or {}
+    kind = reason.get("type") if isinstance(reason, dict) else str(reason)
+    if kind == "abort":
+        raise RuntimeError(f"SGLang aborted sample {index}: {reason.get('message', reason)}")
+    return toks, lps, kind == "stop"
+
+
+class SGLangRollout(RolloutEngine):
+    def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cuda",
+                 enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None):
+        """`max_num_seqs`: the engine's running-request capacity when rollout.max_num_seqs is unset:
+        the trainer passes the sequences of one step (training.batch_size x rollout.n)."""
+        dev = torch.device(device)
+        if dev.type != "cuda" or not torch.cuda.is_available():
+            raise ValueError(NO_GPU_HINT)
+        sgl = import_sglang()
+        check_architecture(model_path, supported_architectures())
+        self.tokenizer = tokenizer
+        self.cfg = rollout_cfg
+        self.sleep_enabled = bool(rollout_cfg.enable_sleep_mode)
+        self.asleep = False
+        self.released: tuple[str, ...] = ()  # the memory kinds released by the current sleep
+        self.last_sleep_metrics: dict = {}
+        self._pending_metrics: dict = {}
+        self._source = None  # the module last synced from (re-synced from after a full release)
+        # Extra sampling fields for every request (benchmarks and tests: {"ignore_eos": True}).
+        self.extra_sampling_kwargs: dict = {}
+        if enforce_eager is None:
+            enforce_eager = bool(getattr(rollout_cfg, "enforce_eager", None))  # GPU: CUDA graphs by default
+        kwargs = dict(
+            model_path=model_path,
+            tokenizer_path=tokenizer_path(tokenizer, model_path),
+            dtype=dtype,
+            random_seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0,
+            mem_fraction_static=rollout_cfg.gpu_memory_utilization,
+            max_running_requests=rollout_cfg.max_num_seqs or max_num_seqs or 256,
+            tp_size=rollout_cfg.tensor_model_parallel_size,
+            base_gpu_id=dev.index or 0,
+            disable_cuda_graph=enforce_eager,
+            enable_memory_saver=self.sleep_enabled,
+            log_level="error",
+        )
+        # SGLang installs its own SIGTERM and SIGQUIT handlers (at start and when its request loop is
+        # first created); the trainer's graceful stop (verl/signals.py) must keep SIGTERM and SIGINT.
+        self._main_thread = threading.current_thread() is threading.main_thread()
+        if self._main_thread:
+            kwargs["custom_sigquit_handler"] = scheduler_failed
+        if rollout_cfg.max_model_len is not None:
+            kwargs["context_length"] = rollout_cfg.max_model_len
+        if rollout_cfg.max_num_batched_tokens is not None:
+            kwargs["chunked_prefill_size"] = rollout_cfg.max_num_batched_tokens
+        try:
+            self.engine = sgl.Engine(**kwargs)
+        except Exception as exc:
+            text = str(exc)
+            if "rchitecture" in text and "not supported" in text:
+                raise ValueError(f"rollout.name: sglang cannot run {model_path}: {text.splitlines()[0]}; "
+                                 "use rollout.name: vllm or rollout.name: hf") from exc
+            raise
+        if self._main_thread:
+            keep_signal_handlers(self.engine)
+
+    @classmethod
+    def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "SGLangRollout":
+        """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
+        engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
+        from verl.rollout.vllm_weights import engine_start_args
+
+        engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
+                     **engine_start_args(model, tokenizer, config))
+        engine.sync_weights(model)
+        return engine
+
+    # ------------------------------------------------------------------ generate
+    def build_requests(self, prompts: Batch, sampling: SamplingParams) -> tuple[list, dict]:
+        """The exact (input_ids, sampling_params) `generate` hands to `Engine.generate`: every
+        prompt row n times (samples adjacent), one sampling dict for all. Public so the benchmark
+        can time raw SGLang on the very same requests."""
+        prompt_ids = unpadded_rows(prompts.input_ids, prompts.attention_mask)
+        rows = [prompt_ids[i] for i in range(len(prompts)) for _ in range(sampling.n)]
+        return rows, sampling_dict(sampling, self.extra_sampling_kwargs)
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        if self.asleep:
+            self.wake_up()
+        rows, params = self.build_requests(prompts, sampling)
+        outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True)
+        if len(outputs) != len(rows):
+            raise RuntimeError(f"SGLang returned {len(outputs)} results for {len(rows)} requests")
+        responses, log_probs, finished = [], [], []
+        for i, out in enumerate(outputs):  # same order as the requests
+            toks, lps, done = response_of(out, i)
+            responses.append(toks)
+            log_probs.append(lps)
+            finished.append(done)
+        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
+                                sampling.max_new_tokens, finished=finished)
+
+    # -------------------------------------------------------------- weight sync
+    def sync_weights(self, model: torch.nn.Module) -> dict:
+        """The actor's weights (HF names) into the engine in place; the radix cache flushed.
+        Returns the sync's seconds and bytes, plus the sleep/wake metrics since the last sync."""
+        start = time.perf_counter()
+        n_bytes = self.load_weights(list(hf_named_weights(model)))
+        self._source = model
+        metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
+        metrics.update(self._pending_metrics)
+        self._pending_metrics = {}
+        return metrics
+
+    def load_weights(self, weights: list) -> int:
+        """(HF name, tensor) pairs into the engine; returns the bytes. Asleep: the weights are mapped
+        back first and the rest of the engine's memory only after the reload."""
+        woke = self._wake_weights() if self.asleep else None
+        n_bytes = self._reload(weights, flush=woke is None)
+        if woke is not None:
+            self._wake_rest(woke)  # flushes the radix cache once the KV cache is mapped again
+        return n_bytes
+
+    def _reload(self, weights: list, flush: bool = True) -> int:
+        """Bucket by bucket; `flush`: the radix cache is flushed with the last one (not while the KV
+        cache is released: `_wake_rest` flushes it after mapping it back)."""
+        buckets = weight_buckets([(name, t.detach()) for name, t in weights])
+        with torch.no_grad():
+            for i, bucket in enumerate(buckets):
+                result = self.engine.update_weights_from_tensor(named_tensors=bucket,
+                                                                flush_cache=flush and i == len(buckets) - 1)
+                if isinstance(result, tuple) and result and result[0] is False:
+                    raise RuntimeError(f"SGLang refused the weight update: {result[1] if len(result) > 1 else ''}")
+        return sum(t.numel() * t.element_size() for _, t in weights)
+
+    # --------------------------------------------------------------- sleep mode
+    def sleep(self) -> dict:
+        """With rollout.enable_sleep_mode: release the engine's GPU memory (everything once synced
+        from a module, whose weights come back with the next sync; else the KV cache only). Returns
+        rollout/sleep_s and rollout/sleep_freed_gib (GPU memory free after minus before)."""
+        if not self.sleep_enabled or self.asleep:
+            return {}
+        kinds = memory_types() if self._source is not None else ("kv_cache",)
+        free_before = free_gib()
+        start = time.perf_counter()
+        self.engine.release_memory_occupation(tags=list(kinds))
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        self.asleep, self.released = True, kinds
+        self.last_sleep_metrics = {"rollout/sleep_s": seconds, "rollout/sleep_freed_gib": free_gib() - free_before,
+                                   "rollout/sleep_level": 2.0 if "weights" in kinds else 1.0}
+        self._pending_metrics.update(self.last_sleep_metrics)
+        return dict(self.last_sleep_metrics)
+
+    def wake_up(self) -> dict:
+        """Map the engine's memory back (weights re-synced from the module last synced when they
+        were released). Returns rollout/wake_s (re-sync included) and rollout/wake_taken_gib."""
+        if not self.asleep:
+            return {}
+        woke = self._wake_weights()
+        if "weights" in self.released:
+            self._reload(list(hf_named_weights(self._source)), flush=False)
+        return self._wake_rest(woke)
+
+    def _wake_weights(self) -> tuple[float, float]:
+        start, free_before = time.perf_counter(), free_gib()
+        if "weights" in self.released:
+            self.engine.resume_memory_occupation(tags=["weights"])
+        return start, free_before
+
+    def _wake_rest(self, woke: tuple[float, float]) -> dict:
+        start, free_before = woke
+        rest = [k for k in self.released if k != "weights"]
+        if rest:
+            self.engine.resume_memory_occupation(tags=rest)
+        self.engine.flush_cache()  # nothing computed before the release is reused
+        torch.cuda.synchronize()
+        self.asleep, self.released = False, ()
+        m = {"rollout/wake_s": time.perf_counter() - start, "rollout/wake_taken_gib": free_before - free_gib()}
+        self.last_sleep_metrics.update(m)
+        self._pending_metrics.update(m)
+        return m
+
+    def shutdown(self) -> None:
+        """Stop the scheduler and detokenizer processes (SGLang also does it at exit)."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+            self.engine = None
