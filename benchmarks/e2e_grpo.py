@@ -20,6 +20,9 @@ Systems:
     verl-vllm        verl, rollout.name=vllm (in-process vLLM engine, weights synced every step), everything
                      else at verl's defaults unless a verl flag below is given (micro-batching, packing,
                      sleep mode, memory fraction, log-prob chunking: the defaults decide)
+    verl-sglang      verl, rollout.name=sglang (in-process SGLang engine, weights synced every step through CUDA
+                     IPC), defaults otherwise as verl-vllm. SGLang and vLLM pin conflicting packages: give
+                     this system its own package folder with --sglang-pythonpath (it replaces the others)
     trl-vllm         TRL GRPOTrainer with use_vllm=True, vllm_mode="colocate" (its fast path on a GPU), all
                      else at TRL's defaults (gradient checkpointing on, vLLM at 0.3 of the GPU memory,
                      one micro-batch of all completions as per_device_train_batch_size); completions run to
@@ -73,8 +76,8 @@ import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
-SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "trl-vllm", "trl", "trl-eager",
-           "trl-static", "trl-bf16-static")
+SYSTEMS = ("verl-hf", "verl-hf-copy", "verl-hf-static", "verl-hf-graph", "verl-vllm", "verl-sglang", "trl-vllm", "trl",
+           "trl-eager", "trl-static", "trl-bf16-static")
 # verl HF systems: (rollout.hf_weight_copy, rollout.cache_implementation, rollout.decode_loop)
 VERL_HF_ROLLOUT = {"verl-hf": (False, "dynamic", "transformers"), "verl-hf-copy": (True, "dynamic", "transformers"),
                    "verl-hf-static": (True, "static", "transformers"), "verl-hf-graph": (True, "static", "verl")}
@@ -109,7 +112,7 @@ def worker_verl(args) -> dict:
     cfg = config_from_dict(verl_config(args, device, total))
     trainer = create_trainer(cfg)
     rollout = cfg.rollout.name
-    if rollout == "vllm":
+    if rollout in ("vllm", "sglang"):
         trainer.rollout.extra_sampling_kwargs = {"ignore_eos": True}
     else:  # the module that generates (the actor's, or the copy, which shares its generation config)
         trainer.rollout.model.generation_config.min_new_tokens = args.max_new_tokens  # fixed lengths, as ignore_eos
@@ -134,7 +137,7 @@ def verl_config(args, device, total: int) -> dict:
     flag asked for: every other key keeps verl's default (micro-batching, packing, sleep mode,
     vLLM memory fraction, log-prob chunking). rollout.max_num_seqs is the batch's sequence count,
     as TRL sizes its engine (verl's default 64 would split a step's generation into waves)."""
-    rollout = "vllm" if args.system == "verl-vllm" else "hf"
+    rollout = {"verl-vllm": "vllm", "verl-sglang": "sglang"}.get(args.system, "hf")
     hf_copy, cache, decode_loop = VERL_HF_ROLLOUT.get(args.system, (False, "dynamic", "transformers"))
     model = {"name": args.model_path, "dtype": args.dtype}
     training = {"total_steps": total + 10, "batch_size": args.prompts, "lr": 1e-6}
@@ -302,6 +305,8 @@ def run_all(args) -> list[dict]:
         cmd += ["--verl-set", *args.verl_set] if args.verl_set else []
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
+        if system == "verl-sglang" and args.sglang_pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join([common.ROOT, args.sglang_pythonpath])
         if system == "trl-vllm":  # TRL's colocated vLLM starts a one-process torch.distributed group
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         if args.threads:
@@ -393,6 +398,8 @@ def parse(argv=None):
                     help="verl: model.mixed_precision param_copy (bf16 copy of the fp32 master weights)")
     ap.add_argument("--vllm-compile", action="store_true",
                     help="verl-vllm: rollout.enforce_eager false on the CPU too (engine start pays the compile)")
+    ap.add_argument("--sglang-pythonpath", default=None,
+                    help="verl-sglang: the package folder with SGLang (replaces PYTHONPATH for that system only)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per system")

