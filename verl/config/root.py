@@ -201,11 +201,8 @@ def _check_ray(cfg: Config) -> None:
 
 def _check_async(cfg: Config) -> None:
     """Overlapping generation with the update needs an engine that does not generate with the very
-    module being trained, and one process (for now)."""
+    module being trained (under Ray too: the driver's engine, or the vLLM replica group)."""
     r = cfg.rollout
-    if cfg.distributed.backend == "ray":
-        raise ConfigError("async_training.enable: not supported with distributed.backend: ray yet; use "
-                          "distributed.backend: none")
     if cfg.async_training.max_staleness > 0 and r.name == "hf" and not r.hf_weight_copy:
         raise ConfigError("async_training.max_staleness: > 0 generates while the actor trains, so the engine needs "
                           "weights of its own: set rollout.hf_weight_copy: true (or rollout.name: vllm), or "

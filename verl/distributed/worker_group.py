@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 from typing import Any, Optional, Sequence
 
@@ -148,6 +149,7 @@ class WorkerGroup:
         slots = list(range(pool.size)) if slots is None else list(slots)
         self.world_size = len(slots)
         self.broken: Optional[str] = None
+        self._submit_lock = threading.Lock()
         env_vars = dict(RANK_ENV)
         env_vars["VERL_RANK_DEVICE"] = "cuda" if pool.use_gpu else "cpu"
         env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (repo_pythonpath(), os.environ.get("PYTHONPATH")) if p)
@@ -190,13 +192,19 @@ class WorkerGroup:
         if self.broken:
             raise DistributedError(f"worker group '{self.name}' is unusable after an earlier failure: {self.broken}")
         refs = []
-        for rank, h in enumerate(self.handles):
-            a = ((per_rank[rank],) + args) if per_rank is not None else args
-            refs.append(getattr(h, method).remote(*a, **kwargs))
+        # One call reaches every rank before the next one starts: with two driver threads (the
+        # asynchronous rollout's producer syncing weights while the trainer computes log-probs), each
+        # rank then runs the calls in the same order, so their collectives pair up (a rank running A
+        # then B while another runs B then A would wait on each other until the timeout).
+        with self._submit_lock:
+            for rank, h in enumerate(self.handles):
+                a = ((per_rank[rank],) + args) if per_rank is not None else args
+                refs.append(getattr(h, method).remote(*a, **kwargs))
         return refs
 
     def call_rank(self, rank: int, method: str, *args, timeout_s: Optional[float] = None, **kwargs):
-        ref = getattr(self.handles[rank], method).remote(*args, **kwargs)
+        with self._submit_lock:
+            ref = getattr(self.handles[rank], method).remote(*args, **kwargs)
         return self.wait([ref], method, timeout_s, ranks=[rank])[0]
 
     def wait(self, refs: list, method: str, timeout_s: Optional[float] = None,
