@@ -92,9 +92,12 @@ def keep_signal_handlers(engine) -> None:
     """Keep SIGTERM/SIGINT with the trainer's graceful stop (verl/signals.py) and SIGQUIT with
     `scheduler_failed`. SGLang's request loop, created at the engine's first call, adds asyncio
     signal handlers of its own (SIGTERM: drain, shut the scheduler down, then SIGKILL this process;
-    SIGQUIT: SIGKILL the process tree). On the H200 (2026-12-01) a SIGTERM to the trainer ended
-    with exit -9 that way, so the engine's loop is given an add_signal_handler that declines
-    (main thread only; SGLang registers none elsewhere)."""
+    SIGQUIT: SIGKILL the process tree). The engine's loop is given an add_signal_handler that
+    declines (main thread only; SGLang registers none elsewhere). On the H200 (2026-12-01) a SIGTERM
+    to the trainer printed the graceful-stop line and then ended with exit -9 while an earlier
+    version of this guard (restoring the handlers after the first call) was in place; that SGLang's
+    SIGTERM path was the cause is the likeliest reading, not a checked one, and this version has not
+    run on the GPU yet (tests/test_gpu_sglang.py has the check)."""
     loop = getattr(engine, "loop", None)
     if loop is None:
         return
