@@ -1,27 +1,53 @@
-"""Synchronous against asynchronous training on the same work: seconds per step and throughput of
-`async_training.max_staleness` 1 and 2 next to the synchronous loop, measured in one process.
+"""Synchronous against asynchronous training on the same work: seconds per step, throughput and GPU
+busy fraction of `async_training.max_staleness` 1 and 2 next to the synchronous loop; and, with
+--recipe, the held-out accuracy each reaches in the same wall-clock time.
 
     python benchmarks/async_grpo.py --device cpu --threads 1 --steps 6            # tiny GPT-2, seconds a step
     python benchmarks/async_grpo.py --device cuda --model MODEL --engine vllm --prompts 32 --group 8 \\
         --max-new-tokens 1024 --steps 8                                            # the H200 run of issue 21
+    python benchmarks/async_grpo.py --device cuda --recipe examples/arithmetic_grpo.yaml --minutes 4 \\
+        --engine vllm --systems sync async-k1                                      # accuracy at equal wall-clock
 
 Response lengths: sampled with a stop string (one sentence) under a large max_new_tokens, so they
 vary widely; the table gives their median and maximum per system. Each system is a fresh trainer
-with the same seed, timed over `--steps` after `--warmup` steps (the wall time between step
-returns: for async this includes waiting for the producer). The asynchronous systems generate with
-an engine of their own (the HF weight copy, or vLLM), the synchronous one with its default.
+with the same seed, in a process of its own (vLLM and SGLang keep one engine per process), timed
+over `--steps` after `--warmup` steps (the wall time between step returns: for async this includes
+waiting for the producer). The asynchronous systems generate with an engine of their own (the HF
+weight copy, or vLLM / SGLang), the synchronous one with its default.
+
+GPU busy: the share of 0.1 s samples of `torch.cuda.utilization()` (NVML's "a kernel ran in the last
+sample period", averaged) over the timed steps; needs NVML (the nvidia-ml-py package, which vLLM
+brings); without a GPU or NVML the column is empty and the reason is printed.
+
+--recipe: each system trains the recipe for `--minutes` of wall-clock time (training.max_minutes,
+validation included) and the table gives its last held-out figure (val/*acc*, the recipe's
+validation metric) and the steps it reached.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import common
 
 SYSTEMS = ("sync", "async-k1", "async-k2")
+RESULT_TAG = "ASYNC_RESULT "
+
+
+def _async_overrides(args, system: str, engine: str) -> dict:
+    if system == "sync":
+        return {}
+    o = {"async_training.enable": "true", "async_training.max_staleness": int(system[-1])}
+    if engine == "hf":  # the HF engine generates with the actor's module unless it has a copy of its own
+        o["rollout.hf_weight_copy"] = "true"
+    return o
 
 
 def _overrides(args, system: str, out: str) -> list[str]:
@@ -30,11 +56,44 @@ def _overrides(args, system: str, out: str) -> list[str]:
          "rollout.max_new_tokens": args.max_new_tokens, "rollout.stop": "['.']", "training.lr": 1e-5,
          "logging.backends": "[jsonl]", "logging.progress_bar": "false", "checkpoint.save_dir": out,
          "data.baseline_prompt": "null", "training.micro_batch_size": args.prompts * args.group}
-    if system != "sync":
-        o.update({"async_training.enable": "true", "async_training.max_staleness": int(system[-1])})
-        if args.engine == "hf":
-            o["rollout.hf_weight_copy"] = "true"
+    o.update(_async_overrides(args, system, args.engine))
     return [f"{k}={v}" for k, v in o.items()]
+
+
+class GpuBusy:
+    """Samples torch.cuda.utilization() every `period` s in a thread while active; `mean()` is the
+    busy share (0-1), or None with `why` set when there is no GPU or no NVML."""
+
+    def __init__(self, device: str, period: float = 0.1):
+        self.period, self.samples, self.why = period, [], None
+        self._stop, self._thread, self._on = threading.Event(), None, threading.Event()
+        try:
+            import torch
+
+            if not str(device).startswith("cuda") or not torch.cuda.is_available():
+                self.why = "no CUDA device"
+                return
+            torch.cuda.utilization()  # raises without NVML
+            self._read = torch.cuda.utilization
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            self.why = f"torch.cuda.utilization unavailable: {type(exc).__name__}: {exc}"
+            return
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-busy")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            if self._on.is_set():
+                self.samples.append(self._read() / 100.0)
+
+    def active(self, on: bool) -> None:
+        (self._on.set if on else self._on.clear)()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def mean(self):
+        return round(statistics.mean(self.samples), 3) if self.samples else None
 
 
 def run_system(args, system: str) -> dict:
@@ -42,10 +101,13 @@ def run_system(args, system: str) -> dict:
 
     cfg = load_config(None, _overrides(args, system, tempfile.mkdtemp(prefix=f"async-bench-{system}-")))
     trainer = create_trainer(cfg)
+    busy = GpuBusy(args.device)
     seconds, tokens, lengths = [], [], []
+    m: dict = {}
     try:
         last = time.perf_counter()
         for k in range(args.warmup + args.steps):
+            busy.active(k >= args.warmup)
             m = trainer.step()
             now = time.perf_counter()
             if k >= args.warmup:
@@ -55,43 +117,121 @@ def run_system(args, system: str) -> dict:
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
             last = now
     finally:
+        busy.close()
         trainer.hooks.close()
     step_s = statistics.median(seconds)
     return {"system": system, "step_s": round(step_s, 3), "tokens_per_s": round(statistics.median(tokens) / step_s),
+            "gpu_busy": busy.mean(), "gpu_busy_note": busy.why,
             "resp_len_median": statistics.median(lengths), "resp_len_max": max(lengths),
             "staleness_max": m.get("async/staleness_max", 0.0)}
+
+
+def run_recipe(args, system: str) -> dict:
+    """The recipe for args.minutes of wall-clock time; the last held-out figure and the steps reached."""
+    from verl.config import load_config
+    from verl.tracking.plot import pick_val_key, read_metrics
+    from verl.trainer.launch import run_training
+
+    out = tempfile.mkdtemp(prefix=f"async-recipe-{system}-")
+    over = {"training.max_minutes": args.minutes, "checkpoint.save_dir": out, "logging.progress_bar": "false",
+            "logging.backends": "[jsonl]", "device": args.device}
+    if args.engine:
+        over["rollout.name"] = args.engine
+    engine = load_config(args.recipe, [f"{k}={v}" for k, v in over.items()]).rollout.name  # after rollout.name auto
+    over.update(_async_overrides(args, system, engine))
+    started = time.perf_counter()
+    run_training(args.recipe, [f"{k}={v}" for k, v in over.items()])
+    rows = read_metrics(out)
+    key = pick_val_key([rows])
+    val = [r for r in rows if key and r.get(key) is not None]
+    return {"system": system, "minutes": args.minutes, "wall_s": round(time.perf_counter() - started, 1),
+            "steps": max((r["step"] for r in rows if "step" in r), default=0), "val_key": key,
+            "val_first": val[0][key] if val else None, "val_last": val[-1][key] if val else None,
+            "val_last_step": val[-1]["step"] if val else None, "run_dir": out}
+
+
+def worker(args) -> dict:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return run_recipe(args, args.worker) if args.recipe else run_system(args, args.worker)
+
+
+def run_isolated(args, system: str, argv: list) -> dict:
+    """One system in a child process (its own engine); its result comes back on one tagged line."""
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--worker", system]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"system": system, "error": f"timeout after {args.timeout} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if proc.returncode != 0 or not lines:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        return {"system": system, "error": f"exit {proc.returncode}: {tail[-300:]}"}
+    return json.loads(lines[-1][len(RESULT_TAG):])
 
 
 def parse(argv=None):
     ap = common.arg_parser(__doc__, "device", "threads", "out", model={"default": "tiny:gpt2"},
                            max_new_tokens={"default": 64})
-    ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    ap.add_argument("--engine", default=None, choices=["hf", "vllm", "sglang"],
+                    help="rollout.name (default: hf, or the recipe's with --recipe)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    return ap.parse_args(argv)
+    ap.add_argument("--recipe", default=None, help="a config file: compare held-out accuracy at equal wall-clock")
+    ap.add_argument("--minutes", type=float, default=4.0, help="--recipe: wall-clock minutes per system")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
+    ap.add_argument("--worker", default=None, help=argparse_suppress())
+    args = ap.parse_args(argv)
+    if args.engine is None and not args.recipe:
+        args.engine = "hf"
+    return args
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    rows = [run_system(args, s) for s in args.systems]
-    base = next((r for r in rows if r["system"] == "sync"), None)
-    for r in rows:
-        r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2) if base else None
+    if args.worker:
+        print(RESULT_TAG + json.dumps(worker(args)), flush=True)
+        return 0
+    rows = []
+    for system in args.systems:
+        rows.append(run_isolated(args, system, argv))
+        print(json.dumps(rows[-1]), flush=True)
     info = common.machine_info(common.resolve_device(args.device))
-    cmd = "python3 benchmarks/async_grpo.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    common.write_results(args.out or "benchmarks/results", "async_grpo", info, rows,
-                         ["system", "step_s", "tokens_per_s", "x_sync", "resp_len_median", "resp_len_max",
-                          "staleness_max"], extra={"command": cmd},
-                         notes=f"GRPO, {args.model} on {args.engine}, {args.prompts} prompts x {args.group} samples, "
-                               f"up to {args.max_new_tokens} new tokens (stop at '.'), median of {args.steps} steps "
-                               f"after {args.warmup} warm-up.")
+    cmd = "python3 benchmarks/async_grpo.py " + " ".join(argv)
+    if args.recipe:
+        cols = ["system", "minutes", "steps", "val_key", "val_first", "val_last", "val_last_step", "wall_s", "error"]
+        notes = (f"{args.recipe} on {args.engine or 'its engine'}, {args.minutes} wall-clock minutes per system "
+                 f"(training.max_minutes, validation included); val_last = the last held-out figure reached.")
+    else:
+        base = next((r for r in rows if r["system"] == "sync" and "tokens_per_s" in r), None)
+        for r in rows:
+            if base and "tokens_per_s" in r:
+                r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
+        cols = ["system", "step_s", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
+                "staleness_max", "error"]
+        why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
+        if why:
+            print(f"gpu_busy not measured: {why}")
+        notes = (f"GRPO, {args.model} on {args.engine}, {args.prompts} prompts x {args.group} samples, up to "
+                 f"{args.max_new_tokens} new tokens (stop at '.'), median of {args.steps} steps after {args.warmup} "
+                 f"warm-up, one process per system; gpu_busy = mean of torch.cuda.utilization() / 100 sampled "
+                 f"every 0.1 s over the timed steps" + (f" (not measured: {why})" if why else "") + ".")
+    cols = [c for c in cols if c == "system" or any(r.get(c) is not None for r in rows)]
+    common.write_results(args.out or "benchmarks/results", "async_grpo", info, rows, cols, extra={"command": cmd},
+                         notes=notes)
     return 0
 
 

@@ -35,6 +35,9 @@
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
+#   async-bench benchmarks/async_grpo.py on vLLM, SmolLM2-135M-Instruct (fetched first by agent-demo or
+#               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction
+#   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
 # Seconds seen on 2026-12-01: sgl-install 17, sgl-probe 28, sgl-tests 307-461 (11 tests; each engine start
 # 30-110 s), sgl-rollout with --batches 64 147 (engine start with CUDA graphs 109 s).
@@ -188,6 +191,12 @@ print(info)" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
         sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -q -rA \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
+        async-bench) stage async-bench 420 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
+                   --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 400 \
+                   --out "$W/async_grpo_vllm.json" ;;
+        async-recipe) stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) $PY benchmarks/async_grpo.py \
+                   --device cuda --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} \
+                   --systems sync async-k1 --out "$W/async_recipe_vllm.json" ;;
         e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
                    --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;
