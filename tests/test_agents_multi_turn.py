@@ -229,3 +229,77 @@ def test_three_step_multi_turn_grpo_on_each_engine(tmp_path, tiny_qwen2, engine)
     assert m["agent/turns_per_trajectory"] > 1
     changed = sum(not torch.equal(before[n], p.detach()) for n, p in trainer.actor.model.named_parameters())
     assert changed > 0
+
+
+RELEASE_SLOW = None  # a threading.Event: set by the engine once it generates without the slow trajectory
+
+
+def slow_add(a: int, b: int) -> str:
+    """Add two integers, slowly: until released, or 1 s.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    RELEASE_SLOW.wait(timeout=1.0)
+    return str(a + b)
+
+
+class RowScriptedEngine(RolloutEngine):
+    """Answers each row with its prompt's next scripted turn (by prompt text, whatever the batch
+    composition) and logs which prompts each call held, and when."""
+
+    def __init__(self, tokenizer, script: dict):
+        self.tokenizer, self.script, self.taken, self.calls = tokenizer, script, {}, []
+
+    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
+        import time
+
+        from verl.rollout.base import assemble_rollout
+
+        self.calls.append((time.monotonic(), list(prompts.prompt_text)))
+        if "slow" not in prompts.prompt_text:
+            RELEASE_SLOW.set()  # the fast trajectory went on alone: the slow tool may answer now
+        responses = []
+        for text in prompts.prompt_text:
+            k = self.taken.get(text, 0)
+            self.taken[text] = k + 1
+            responses.append(self.script[text][k])
+        return assemble_rollout(prompts, responses, [[-0.5] * len(r) for r in responses], self.tokenizer,
+                                sampling.max_new_tokens, finished=[True] * len(responses))
+
+
+@pytest.mark.parametrize("barrier", [True, False])
+def test_without_the_turn_barrier_a_slow_tool_delays_only_its_own_trajectory(qwen_tok, barrier):
+    """Trajectory "slow" calls a tool that takes 1 s, "fast" one that answers at once; both then give
+    a final answer. With the barrier, the second engine call waits for the slow tool and holds both;
+    without it, "fast" takes its second turn at once, alone, and "slow" joins a later call. The
+    trajectories themselves are the same token for token either way. (The slow tool waits 1 s, or
+    until an engine call without "slow" releases it: the order of events does not rest on timing.)"""
+    import threading
+
+    global RELEASE_SLOW
+    RELEASE_SLOW = threading.Event()
+    tok = qwen_tok
+    slow_call = _enc(tok, '<tool_call>{"name": "slow_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+    fast_call = _enc(tok, '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>')
+    final = _enc(tok, "Done.") + [tok.eos_token_id]
+    engine = RowScriptedEngine(tok, {"slow": [slow_call, final], "fast": [fast_call, final]})
+    cfg = RolloutConfig(tools=["x:y"])
+    cfg.multi_turn.turn_barrier = barrier
+    mt = MultiTurnRollout(engine, tok, cfg, chat=True, tools=[tool_from_callable(add), tool_from_callable(slow_add)])
+    out = mt.generate(_prompts(tok, ["slow", "fast"])[0], SamplingParams(max_new_tokens=64))
+    groups = [texts for _, texts in engine.calls]
+    if barrier:  # the second call waited for the slow tool (never released: its full second)
+        assert groups == [["slow", "fast"], ["slow", "fast"]]
+        assert engine.calls[1][0] - engine.calls[0][0] >= 1.0
+    else:  # "fast" went on alone, which released the slow tool; "slow" came in the call after
+        assert groups == [["slow", "fast"], ["fast"], ["slow"]]
+    turns = TurnTemplate(tok, chat=True)
+    for row, call, answer in ((0, slow_call, "3"), (1, fast_call, "5")):
+        expected = call + turns.close_assistant(call) + turns.tool_turn([answer]) + final
+        assert out.responses[row, :len(expected)].tolist() == expected
+        assert out.extra[row]["num_turns"] == 2 and out.extra[row]["num_tool_calls"] == 1
+    m = mt.metrics()
+    assert m["agent/tool_calls/slow_add"] == 0.5 and m["agent/tool_calls/add"] == 0.5
+    assert m["agent/tool_latency_s_max"] >= (1.0 if barrier else 0.0)

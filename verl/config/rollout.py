@@ -32,7 +32,11 @@ class MultiTurnConfig(Section):
     tool_format: str = key("hermes", choices="verl.agents.parsing:TOOL_CALL_FORMATS")
     tool_call_pattern: Optional[str] = None  # tool_format regex: (?P<name>...) and (?P<arguments>...) groups
     max_tool_output_chars: int = key(2000, ge=1)  # longer tool outputs are cut, with a marker
-    tool_workers: int = key(8, ge=1)  # concurrent tool calls (a thread pool shared by all trajectories)
+    tool_workers: int = key(8, ge=1)  # concurrent tool calls (turn_barrier false: trajectories, each up to this)
+    # true: each turn waits for every tool call of the turn, then all live trajectories generate together
+    # (batch composition fixed: reproducible). false: a trajectory's next model turn joins the next engine
+    # call as soon as its own tools have answered, so a slow tool delays only its own trajectory.
+    turn_barrier: bool = True
 
 
 @dataclass

@@ -12,9 +12,11 @@ Model turns are appended exactly as the engine sampled them (ids and engine log-
 decoded and re-encoded); tool results and environment observations are tokenized once with
 the chat template's turn delimiters (verl/rollout/turn_template.py) and carry response_mask 0
 and log-prob 0, so they never enter a loss. Every turn's generation for all live trajectories
-is one batched call of the inner engine (the HF or vLLM backend, n = 1 per row); the tool calls
-of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
-drop out. A trajectory ends when a model turn makes no tool call (its final answer), the
+is one batched call of the inner engine (the HF, vLLM or SGLang backend, n = 1 per row); the tool
+calls of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
+drop out. With `multi_turn.turn_barrier: false` a turn does not wait for every trajectory's tools:
+each engine call takes the trajectories whose tools have answered, so a slow tool delays only its
+own trajectory (the batch composition then depends on timing). A trajectory ends when a model turn makes no tool call (its final answer), the
 environment says done, `multi_turn.max_turns` model turns were taken, or
 `multi_turn.max_total_tokens` response tokens are used up (then `truncated`).
 
@@ -106,6 +108,8 @@ class MultiTurnRollout(RolloutEngine):
         if self.runner is not None and end and end not in sampling.stop:
             turn_sampling.stop = list(sampling.stop) + [end]
         latencies, per_tool = [], Counter()
+        if self.runner is not None and self.environment_cls is None and not self.cfg.turn_barrier:
+            self._run_without_barrier(rows, trajs, turn_sampling, sampling.max_new_tokens, latencies, per_tool)
         for _ in range(self.cfg.max_turns):
             live = [t for t in trajs if not t.done]
             if not live:
@@ -158,46 +162,91 @@ class MultiTurnRollout(RolloutEngine):
             for t in live:
                 self._environment_step(t)
             return
-        calls, owners, notes = [], [], defaultdict(list)
+        calls, owners, notes = [], [], {}
         for t in live:
-            parsed = parse_tool_calls(t.pending_text, self.cfg.tool_format, self.cfg.tool_call_pattern)
-            if not parsed.calls and not parsed.errors:
-                t.done, t.truncated = True, t.last_cut  # no call: the final answer (cut if it ran out of tokens)
-                continue
-            for err in parsed.errors:
-                notes[id(t)].append(err if err.startswith("error") else f"error: {err}")
-                t.tool_errors += 1
-                t.malformed += 1
-            for call in parsed.calls:
-                if t.tool_calls >= self.cfg.max_tool_calls:
-                    notes[id(t)].append(f"error: tool-call limit reached ({self.cfg.max_tool_calls} per trajectory)")
-                    t.tool_errors += 1
-                    t.malformed += 1
-                    continue
-                t.tool_calls += 1
-                calls.append(call)
-                owners.append(t)
+            mine, notes[id(t)] = self._calls_of(t)
+            calls += mine
+            owners += [t] * len(mine)
         results = self.runner.run(calls) if calls else []
         answers: dict = defaultdict(list)
         for call, t, res in zip(calls, owners, results):
             answers[id(t)].append((call, res))
-            latencies.append(res.seconds)
-            per_tool[call.name] += 1
-            t.tool_errors += not res.ok
         for t in live:
-            if t.done:
+            if not t.done:
+                self._deliver(t, answers[id(t)], notes[id(t)], latencies, per_tool)
+
+    def _calls_of(self, t: Trajectory) -> tuple[list, list]:
+        """The tool calls of `t`'s last model turn to run, and the error notes for those that cannot
+        run; a turn without any call is the final answer (t.done set)."""
+        parsed = parse_tool_calls(t.pending_text, self.cfg.tool_format, self.cfg.tool_call_pattern)
+        if not parsed.calls and not parsed.errors:
+            t.done, t.truncated = True, t.last_cut  # no call: the final answer (cut if it ran out of tokens)
+            return [], []
+        calls, notes = [], []
+        for err in parsed.errors:
+            notes.append(err if err.startswith("error") else f"error: {err}")
+            t.tool_errors += 1
+            t.malformed += 1
+        for call in parsed.calls:
+            if t.tool_calls >= self.cfg.max_tool_calls:
+                notes.append(f"error: tool-call limit reached ({self.cfg.max_tool_calls} per trajectory)")
+                t.tool_errors += 1
+                t.malformed += 1
                 continue
-            done = answers[id(t)]
-            texts = [r.text for _, r in done] + notes[id(t)]
-            for c, r in done:
-                t.turns.append({"role": "tool", "name": c.name, "text": r.text, "ok": r.ok})
-            for note in notes[id(t)]:
-                t.turns.append({"role": "tool", "name": None, "text": note, "ok": False})
-            if t.model_turns >= self.cfg.max_turns:
-                t.done = True  # the last model turn gets no answer
-                continue
-            ids = self.turns.close_assistant(t.ids) + self.turns.tool_turn(texts)
-            self._append_answer(t, ids, "tool", None)
+            t.tool_calls += 1
+            calls.append(call)
+        return calls, notes
+
+    def _deliver(self, t: Trajectory, answered: list, notes: list, latencies: list, per_tool: Counter) -> None:
+        """(call, result) pairs and notes of `t`'s turn into its trajectory as one tool turn."""
+        for c, r in answered:
+            latencies.append(r.seconds)
+            per_tool[c.name] += 1
+            t.tool_errors += not r.ok
+            t.turns.append({"role": "tool", "name": c.name, "text": r.text, "ok": r.ok})
+        for note in notes:
+            t.turns.append({"role": "tool", "name": None, "text": note, "ok": False})
+        if t.model_turns >= self.cfg.max_turns:
+            t.done = True  # the last model turn gets no answer
+            return
+        texts = [r.text for _, r in answered] + list(notes)
+        ids = self.turns.close_assistant(t.ids) + self.turns.tool_turn(texts)
+        self._append_answer(t, ids, "tool", None)
+
+    def _run_without_barrier(self, rows: Batch, trajs: list, sampling: SamplingParams, per_turn: int,
+                             latencies: list, per_tool: Counter) -> None:
+        """multi_turn.turn_barrier: false. Each engine call takes the trajectories ready for a model
+        turn; their tool calls run in the background (one ToolRunner.run per trajectory, each call
+        under tool_timeout_s), and a trajectory whose tools have answered joins the next call. The
+        engine waits only when nothing is ready, for the first trajectory whose tools finish."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        ready, pending = [t for t in trajs if not t.done], {}
+        pool = ThreadPoolExecutor(max_workers=self.cfg.tool_workers, thread_name_prefix="verl-tool-turn")
+        try:
+            while ready or pending:
+                if ready:
+                    self._model_turn(rows, ready, sampling, per_turn)
+                    for t in ready:
+                        if t.done:
+                            continue
+                        calls, notes = self._calls_of(t)
+                        if calls:
+                            pending[pool.submit(self.runner.run, calls)] = (t, calls, notes)
+                        elif not t.done:  # only notes (broken calls): answered at once
+                            self._deliver(t, [], notes, latencies, per_tool)
+                    ready = [t for t in ready if not t.done and not any(o is t for o, _, _ in pending.values())]
+                if pending and not ready:
+                    # ToolRunner.run returns within tool_timeout_s per call (a slow call becomes an error).
+                    finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        t, calls, notes = pending.pop(future)
+                        self._deliver(t, list(zip(calls, future.result())), notes, latencies, per_tool)
+                        if not t.done:
+                            ready.append(t)
+                    ready.sort(key=lambda t: t.row)  # a deterministic order inside each engine call
+        finally:
+            pool.shutdown(wait=False)
 
     def _environment_step(self, t: Trajectory) -> None:
         try:
