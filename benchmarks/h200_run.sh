@@ -39,6 +39,17 @@
 #               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction
 #   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
+# Real verl (PyPI verl 0.9.1 by volcengine; its package is also called `verl` and it pins vllm 0.24.0 and
+# transformers 5.9.0, so it lives in /tmp/realverl, the only PYTHONPATH entry of its process). Staged apart, 130
+# wheels, 988 MiB in 20 parts p0-p19: first `pip wheel --no-deps -w /tmp/antlrw antlr4-python3-runtime==4.9.3` (an
+# sdist only: without it the resolver falls back to hydra-core 0.11.3), then PIP_FIND_LINKS=/tmp/antlrw python3
+# ../shared/gpu/stage_wheels.py --out .gpuwheels-realverl 'verl[vllm]==0.9.1' transformers==5.9.0
+# tokenizers==0.22.2 hydra-core==1.3.8 omegaconf==2.3.0; copy each part's part.tar.* to /root/rp (NOT p0's
+# install.sh, which installs into /tmp/site):
+#   realverl-install  unpack /root/rp and install into /tmp/realverl
+#   e2e-a-real        benchmarks/e2e_grpo.py real-verl beside verl-vllm on e2e-a's work (NOT RUN YET: real verl
+#                     starts Ray, its vLLM server with CUDA graphs and FSDP before the first step; give it a command
+#                     of its own, BUDGET_S=570; its console log and command.json land in --logs)
 # Seconds seen on 2026-12-01: sgl-install 17, sgl-probe 28, sgl-tests 307-461 (11 tests; each engine start
 # 30-110 s), sgl-rollout with --batches 64 147 (engine start with CUDA graphs 109 s).
 # Device time: a fresh machine starts in ~30-60 s and is given back 30 s after a command ends, with
@@ -168,6 +179,14 @@ print(info)" ;;
         sgl-install) stage sgl-install 20 bash -c "rm -rf /root/sw && mkdir -p /root/sw && cat /root/sp/part.tar.* | \
                    tar x -C /root/sw && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
                    --upgrade --target /tmp/sgl /root/sw/*.whl /root/sp/*.whl && ls /root/sw /root/sp | wc -l" ;;
+        realverl-install) stage realverl-install 90 bash -c "rm -rf /root/rw && mkdir -p /root/rw && \
+                   cat /root/rp/part.tar.* | tar x -C /root/rw && python3 -m pip install -q --no-index --no-deps \
+                   --no-compile --no-cache-dir --upgrade --target /tmp/realverl /root/rw/*.whl && ls /root/rw | wc -l && \
+                   cd /tmp && env PYTHONPATH=/tmp/realverl python3 -c 'import verl, vllm, hydra, transformers; \
+                   print(verl.__file__, verl.__version__, vllm.__version__, hydra.__version__, transformers.__version__)'" ;;
+        e2e-a-real) stage e2e-a-real 300 $PY benchmarks/e2e_grpo.py --device cuda --systems real-verl verl-vllm \
+                   --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 420 --out "$W/e2e_a_real" \
+                   --logs "$W/e2e_a_real" --real-verl-pythonpath /tmp/realverl ;;
         sgl-probe) stage sgl-probe 60 env PYTHONPATH=$SGL_PATH $PY -c "
 import inspect, json, sglang
 from sglang.srt.entrypoints.engine import Engine
