@@ -95,3 +95,17 @@ def capture_first_grads(monkeypatch) -> dict:
 
     monkeypatch.setattr(loop_mod, "guarded_step", step)
     return captured
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One small local Ray instance for a test module (4 logical CPUs, 200 MB object store, no
+    dashboard), its worker groups and Ray shut down at the module's end."""
+    import ray
+
+    ray.init(num_cpus=4, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False)
+    yield
+    from verl.distributed import shutdown_all
+
+    shutdown_all()
+    ray.shutdown()

@@ -18,23 +18,13 @@ import torch
 pytestmark = pytest.mark.timeout(1800)  # three 2-rank Ray runs on a loaded 2-core machine
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-import ray  # noqa: E402  (the test extra installs it: a missing one must fail, not skip)
+import ray  # noqa: E402,F401  (the test extra installs it: a missing one must fail, not skip)
 
 from conftest import small_overrides  # noqa: E402
 from verl import create_trainer, load_config  # noqa: E402
 
 STEPS = 3
 KEYS = ("reward", "pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "entropy")
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=4, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False)
-    yield
-    from verl.distributed import shutdown_all
-
-    shutdown_all()
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ critic, reference and a reward model each in their own worker group), sharded ch
 resume exactly, dead or stuck workers and collectives give clear errors within the
 deadline, and a vLLM replica process receives the trained weights in buckets.
 
-One local Ray instance for the module (small: 4 logical CPUs, 200 MB object store, no
+One local Ray instance for the module (conftest.ray_local: 4 logical CPUs, 200 MB object store, no
 dashboard), shut down at the end. The single-process and the 2-worker runs are built once
 and shared by the tests, in file order (the dead-worker test breaks the critic group, so it
 comes after the tests that use it).
@@ -36,17 +36,6 @@ from verl.distributed.worker_group import ResourcePool, WorkerGroup  # noqa: E40
 from verl.distributed.workers import RankWorker  # noqa: E402
 
 STEPS = 3
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=4, object_store_memory=200 * 2**20, include_dashboard=False,
-             log_to_driver=False)
-    yield
-    from verl.distributed import shutdown_all
-
-    shutdown_all()
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

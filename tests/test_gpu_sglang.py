@@ -43,27 +43,8 @@ diff_to, perturbed, prompt_batch = vllm_checks.diff_to, vllm_checks.perturbed, v
 fixed_length = vllm_checks.fixed_length  # sets engine.extra_sampling_kwargs = {"ignore_eos": True}: SGLang's name too
 
 
-@pytest.fixture(scope="module")
-def llama_path(tmp_path_factory) -> str:
-    from verl.models.tiny import build_tiny_model
-
-    return build_tiny_model("llama", str(tmp_path_factory.mktemp("gpu-tiny-llama-sgl")), hidden=128, pretrain_steps=200)
-
-
-@pytest.fixture(scope="module")
-def tok(llama_path):
-    from transformers import AutoTokenizer
-
-    t = AutoTokenizer.from_pretrained(llama_path)
-    t.padding_side = "left"
-    return t
-
-
-@pytest.fixture(scope="module")
-def hf_model(llama_path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(llama_path, dtype=torch.bfloat16).to(DEVICE).eval()
+# The tiny llama, its tokenizer and the bf16 HF model on cuda: the vLLM GPU tests' fixtures.
+llama_path, tok, hf_model = vllm_checks.llama_path, vllm_checks.tok, vllm_checks.hf_model
 
 
 @pytest.fixture(scope="module")

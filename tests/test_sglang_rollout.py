@@ -157,7 +157,11 @@ def test_sglang_loop_cannot_take_the_trainers_signals():
     def trainer_handler(signum, frame):  # stands for verl.signals' graceful stop
         pass
 
+    def failed_child_handler(signum, frame):  # stands for scheduler_failed
+        pass
+
     previous = signal.signal(signal.SIGTERM, trainer_handler)
+    previous_quit = signal.signal(signal.SIGQUIT, failed_child_handler)
     loop = asyncio.new_event_loop()
     try:
         engine = types.SimpleNamespace(loop=loop)
@@ -169,11 +173,12 @@ def test_sglang_loop_cannot_take_the_trainers_signals():
 
         loop.run_until_complete(first_call())
         assert signal.getsignal(signal.SIGTERM) is trainer_handler
-        assert signal.getsignal(signal.SIGQUIT) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGQUIT) is failed_child_handler
         assert not getattr(loop, "_signal_handlers", {})  # asyncio registered nothing
     finally:
         loop.close()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGQUIT, previous_quit)
 
 
 def test_a_failed_sglang_child_ends_the_run_with_one_line(tmp_path):

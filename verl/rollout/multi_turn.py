@@ -237,8 +237,13 @@ class MultiTurnRollout(RolloutEngine):
                             self._deliver(t, [], notes, latencies, per_tool)
                     ready = [t for t in ready if not t.done and not any(o is t for o, _, _ in pending.values())]
                 if pending and not ready:
-                    # ToolRunner.run returns within tool_timeout_s per call (a slow call becomes an error).
-                    finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                    # ToolRunner.run answers each call within tool_timeout_s (a slow call becomes an error), at
+                    # most tool_workers at a time: a trajectory's calls take at most this long.
+                    bound = self.cfg.tool_timeout_s * (self.cfg.max_tool_calls + 1) + 30.0
+                    finished, _ = wait(list(pending), timeout=bound, return_when=FIRST_COMPLETED)
+                    if not finished:
+                        raise RuntimeError(f"no trajectory's tool calls returned within {bound:g} s "
+                                           "(rollout.multi_turn.tool_timeout_s x (max_tool_calls + 1) + 30 s)")
                     for future in finished:
                         t, calls, notes = pending.pop(future)
                         self._deliver(t, list(zip(calls, future.result())), notes, latencies, per_tool)

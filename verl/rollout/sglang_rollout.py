@@ -51,8 +51,9 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
-from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
 
 INSTALL_HINT = ("rollout.name: sglang needs SGLang; install it with pip install 'verl[sglang]' "
@@ -185,7 +186,7 @@ def response_of(out: dict, index: int) -> tuple[list, list, bool]:
     return toks, lps, kind == "stop"
 
 
-class SGLangRollout(RolloutEngine):
+class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cuda",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None):
         """`max_num_seqs`: the engine's running-request capacity when rollout.max_num_seqs is unset:
@@ -277,17 +278,6 @@ class SGLangRollout(RolloutEngine):
                                 sampling.max_new_tokens, finished=finished)
 
     # -------------------------------------------------------------- weight sync
-    def sync_weights(self, model: torch.nn.Module) -> dict:
-        """The actor's weights (HF names) into the engine in place; the radix cache flushed.
-        Returns the sync's seconds and bytes, plus the sleep/wake metrics since the last sync."""
-        start = time.perf_counter()
-        n_bytes = self.load_weights(list(hf_named_weights(model)))
-        self._source = model
-        metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
-        metrics.update(self._pending_metrics)
-        self._pending_metrics = {}
-        return metrics
-
     def load_weights(self, weights: list) -> int:
         """(HF name, tensor) pairs into the engine; returns the bytes. Asleep: the weights are mapped
         back first and the rest of the engine's memory only after the reload."""

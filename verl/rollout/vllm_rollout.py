@@ -47,8 +47,9 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
-from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
+from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
 from verl.rollout.vllm_weights import engine_start_args, repack_cpu_shared_weights
 
@@ -106,7 +107,7 @@ def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
                              f"but {model_path} has head_dim={head_dim}; use rollout.name: hf for this model")
 
 
-class VLLMRollout(RolloutEngine):
+class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None):
         """`max_num_seqs`: the engine's batch capacity when rollout.max_num_seqs is unset (None):
@@ -245,17 +246,6 @@ class VLLMRollout(RolloutEngine):
                                 sampling.max_new_tokens, finished=finished)
 
     # -------------------------------------------------------------- weight sync
-    def sync_weights(self, model: torch.nn.Module) -> dict:
-        """Stream the actor's weights (HF names) into the engine in place; drop stale KV.
-        Returns the sync's seconds and bytes, plus the sleep/wake metrics since the last sync."""
-        start = time.perf_counter()
-        n_bytes = self.load_weights(list(hf_named_weights(model)))
-        self._source = model
-        metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
-        metrics.update(self._pending_metrics)
-        self._pending_metrics = {}
-        return metrics
-
     def load_weights(self, weights: list) -> int:
         """(HF name, tensor) pairs into the engine in place, for tensors from anywhere (a module's,
         or buckets sent to a Ray replica); returns the bytes. Asleep: the weights are mapped back

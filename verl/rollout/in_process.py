@@ -1,0 +1,33 @@
+"""What the in-process engines (vLLM, SGLang) share: syncing from the actor's module.
+
+A subclass implements `load_weights(weights) -> bytes` (asleep or awake) and records its sleep/wake
+metrics in `_pending_metrics`; `sync_weights` streams the module's weights (HF names, LoRA merged)
+through it, remembers the module (re-synced from after a sleep that dropped the weights), and
+returns the sync's seconds and bytes with the sleep/wake metrics since the last sync.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from verl.rollout.base import RolloutEngine
+from verl.rollout.hf_weights import hf_named_weights
+
+
+class InProcessEngine(RolloutEngine):
+    """Subclasses set, in __init__: `_source = None` (the module last synced from) and
+    `_pending_metrics = {}` (sleep/wake metrics not yet returned by sync_weights)."""
+
+    def load_weights(self, weights: list) -> int:
+        raise NotImplementedError
+
+    def sync_weights(self, model: torch.nn.Module) -> dict:
+        start = time.perf_counter()
+        n_bytes = self.load_weights(list(hf_named_weights(model)))
+        self._source = model
+        metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
+        metrics.update(self._pending_metrics)
+        self._pending_metrics = {}
+        return metrics
