@@ -13,6 +13,7 @@ if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
 
 import e2e_grpo  # noqa: E402
+import e2e_real_verl  # noqa: E402
 import e2e_reward  # noqa: E402
 
 EXPECTED_OVERRIDES = [
@@ -79,19 +80,19 @@ def test_parquet_rows_read_back(tmp_path):
     import pyarrow.parquet as pq
 
     prompts = e2e_grpo.make_prompts(5, 16)
-    path = e2e_grpo.write_real_verl_parquet(str(tmp_path / "train.parquet"), prompts, "train")
+    path = e2e_real_verl.write_real_verl_parquet(str(tmp_path / "train.parquet"), prompts, "train")
     assert pq.read_schema(path).names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
     df = pd.read_parquet(path)
     assert len(df) == 5
     row = df.iloc[3]
-    assert row["data_source"] == e2e_grpo.REAL_VERL_DATA_SOURCE
+    assert row["data_source"] == e2e_real_verl.REAL_VERL_DATA_SOURCE
     assert [dict(m) for m in row["prompt"]] == [{"role": "user", "content": prompts[3]}]
     assert row["reward_model"]["ground_truth"] == ""
     assert row["extra_info"]["index"] == 3 and row["extra_info"]["split"] == "train"
 
 
 def test_reward_wrapper_matches_e2e_reward(tmp_path):
-    path = e2e_grpo.write_real_verl_reward(str(tmp_path / "reward.py"))
+    path = e2e_real_verl.write_real_verl_reward(str(tmp_path / "reward.py"))
     spec = importlib.util.spec_from_file_location("real_verl_reward", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -104,11 +105,11 @@ def test_reward_wrapper_matches_e2e_reward(tmp_path):
 def test_override_line():
     args = _args()
     # 40-token prompts: budget 48; one micro-batch of 128 x (48 + 128) tokens
-    assert e2e_grpo.real_verl_overrides(args, "/m", "/d", "/d/reward.py", 40) == EXPECTED_OVERRIDES
+    assert e2e_real_verl.real_verl_overrides(args, "/m", "/d", "/d/reward.py", 40) == EXPECTED_OVERRIDES
     keys = [o.split("=", 1)[0].lstrip("+") for o in EXPECTED_OVERRIDES]
     assert len(keys) == len(set(keys))
     extra = _args("--real-verl-set", "actor_rollout_ref.rollout.free_cache_engine=True", "--lora-rank", "8")
-    line = e2e_grpo.real_verl_overrides(extra, "/m", "/d", "/d/reward.py", 40)
+    line = e2e_real_verl.real_verl_overrides(extra, "/m", "/d", "/d/reward.py", 40)
     assert line[-1] == "actor_rollout_ref.rollout.free_cache_engine=True"  # appended last: Hydra's last wins
     assert "actor_rollout_ref.model.lora_rank=8" in line and "actor_rollout_ref.model.lora_alpha=16" in line
 
@@ -125,9 +126,9 @@ Training Progress: 100%|##########| 3/3
 
 
 def test_console_log_to_summary():
-    metrics = e2e_grpo.parse_real_verl_log(LOG)
+    metrics = e2e_real_verl.parse_real_verl_log(LOG)
     assert [m["timing_s/step"] for m in metrics] == [4.75, 3.25, 3.0]
-    steps = e2e_grpo.real_verl_steps(metrics)
+    steps = e2e_real_verl.real_verl_steps(metrics)
     assert steps[0]["stages"] == {"rollout": 2.5, "old_log_prob": 0.4, "update_actor": 1.25, "update_weights": 0.3}
     assert steps[0]["completion_len"] == 128.0 and steps[0]["peak_gib"] == 12.5 and steps[0]["tokens"] == 23000
     args = _args()
