@@ -21,7 +21,9 @@
 #   e2e-c       the same, Qwen2.5-7B architecture with LoRA rank 16, 16 prompts x 8 x 512 tokens
 #   agent-demo  (the model's wheel parts in /root/mp) examples/agent_calculator.yaml for AGENT_MINUTES (default 6) on
 #               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
-#               then `verl plot`; agent-demo-bg runs it in the background beside the next stages
+#               then `verl plot`; agent-demo-bg runs it in the background beside the next stages, after
+#               AGENT_DELAY_S (default 0)
+#   fetch       the real SmolLM2-135M-Instruct into verl's model cache (before background stages that share it)
 #   sgl-learn   examples/arithmetic_grpo.yaml on SGLang for SGL_LEARN_MINUTES (default 4), then `verl plot`;
 #               sgl-learn-bg: in the background after SGL_LEARN_DELAY_S (default 100 s, once the model is fetched).
 #               SGLang sizes its KV cache as (free memory) - (1 - fraction) x total: beside another engine it
@@ -65,7 +67,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PYTHONPATH=/tmp/site:$ROOT VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-    PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+    PYTHONUNBUFFERED=1  # TOKENIZERS_PARALLELISM left unset, as a user has it: the Rust decode uses the cores
 OUT=${OUT:-/tmp/out}
 W=/tmp/h200_results
 mkdir -p "$OUT" "$W"
@@ -173,7 +175,8 @@ print(info)" ;;
                    --lora-rank 16 --prompts 16 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 400 \
                    --out "$W/e2e_c" --logs "$W/e2e_c" ;;
         agent-demo) stage agent-demo $(( ${AGENT_MINUTES:-6} * 60 + 90 )) agent_demo ;;
-        agent-demo-bg) background agent-demo 0 agent_demo ;;
+        agent-demo-bg) background agent-demo ${AGENT_DELAY_S:-0} agent_demo ;;
+        fetch) stage fetch 60 fetch_smollm2 ;;
         sgl-learn) stage sgl-learn $(( ${SGL_LEARN_MINUTES:-4} * 60 + 90 )) sgl_learn ;;
         sgl-learn-bg) background sgl-learn ${SGL_LEARN_DELAY_S:-100} sgl_learn ;;
         sgl-install) stage sgl-install 20 bash -c "rm -rf /root/sw && mkdir -p /root/sw && cat /root/sp/part.tar.* | \

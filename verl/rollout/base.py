@@ -8,6 +8,7 @@ back as ids plus the engine's own per-token log-probs.
 from __future__ import annotations
 
 import abc
+import itertools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -84,17 +85,19 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     """
     n = len(responses)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    resp_len = max(1, max((len(r) for r in responses), default=1))
+    lengths = [len(r) for r in responses]
+    for i, (k, lps) in enumerate(zip(lengths, log_probs)):
+        if k != len(lps):
+            raise ValueError(f"rollout sample {i}: {k} tokens but {len(lps)} log-probs")
+    resp_len = max(1, max(lengths, default=1))
+    # One flat tensor per field, scattered through the (N, R) mask (row-major order = concatenation
+    # order): a tensor per row cost ~36 ms for 256 x 256 tokens on a 2-core CPU, this ~10 ms.
+    filled = torch.arange(resp_len)[None, :] < torch.tensor(lengths, dtype=torch.long).view(n, 1)
     resp_ids = torch.full((n, resp_len), pad_id, dtype=torch.long)
-    resp_mask = torch.zeros((n, resp_len), dtype=torch.float32)
     resp_logp = torch.zeros((n, resp_len), dtype=torch.float32)
-    for i, (ids, lps) in enumerate(zip(responses, log_probs)):
-        if len(ids) != len(lps):
-            raise ValueError(f"rollout sample {i}: {len(ids)} tokens but {len(lps)} log-probs")
-        if ids:
-            resp_ids[i, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
-            resp_mask[i, : len(ids)] = 1.0
-            resp_logp[i, : len(ids)] = torch.as_tensor(list(lps), dtype=torch.float32)
+    resp_ids[filled] = torch.tensor(list(itertools.chain.from_iterable(responses)), dtype=torch.long)
+    resp_logp[filled] = torch.tensor(list(itertools.chain.from_iterable(log_probs)), dtype=torch.float32)
+    resp_mask = filled.float()
     if finished is None:
         eos = tokenizer.eos_token_id
         finished = [bool(r) and r[-1] == eos for r in responses]

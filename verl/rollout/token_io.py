@@ -44,7 +44,8 @@ class RustBatchDecode:
             plain = False
         if not plain:
             return tok.batch_decode(sequences, skip_special_tokens=skip_special_tokens)
-        return tok.backend_tokenizer.decode_batch([list(s) for s in sequences], skip_special_tokens=skip_special_tokens)
+        rows = [s if isinstance(s, list) else list(s) for s in sequences]
+        return tok.backend_tokenizer.decode_batch(rows, skip_special_tokens=skip_special_tokens)
 
 
 def free_gib() -> float:
