@@ -31,7 +31,8 @@
 # SGLang (its wheels staged apart: python3 ../shared/gpu/stage_wheels.py --out .gpuwheels-sgl sglang==0.5.16
 # flashinfer-python cuda-python, parts copied to /root/sp; it conflicts with vLLM, so it lives in /tmp/sgl):
 #   sgl-install unpack /root/sp and install into /tmp/sgl, with the loose wheels there (p11: transformers 5.12.1 and
-#               tokenizers 0.22.2, which SGLang 0.5.16 pins and the GPU image has newer)
+#               tokenizers 0.22.2, which SGLang 0.5.16 pins and the GPU image has newer; its gguf, also in the
+#               parts, is not copied twice: pip refuses two files of one version)
 #   sgl-probe   SGLang's version and the Engine methods verl calls, as JSON
 #   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (sgl-mt-bg: its multi-turn test
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
@@ -180,8 +181,8 @@ print(info)" ;;
         sgl-learn) stage sgl-learn $(( ${SGL_LEARN_MINUTES:-4} * 60 + 90 )) sgl_learn ;;
         sgl-learn-bg) background sgl-learn ${SGL_LEARN_DELAY_S:-100} sgl_learn ;;
         sgl-install) stage sgl-install 20 bash -c "rm -rf /root/sw && mkdir -p /root/sw && cat /root/sp/part.tar.* | \
-                   tar x -C /root/sw && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-                   --upgrade --target /tmp/sgl /root/sw/*.whl /root/sp/*.whl && ls /root/sw /root/sp | wc -l" ;;
+                   tar x -C /root/sw && cp -n /root/sp/*.whl /root/sw/ && python3 -m pip install -q --no-index --no-deps \
+                   --no-compile --no-cache-dir --upgrade --target /tmp/sgl /root/sw/*.whl && ls /root/sw | wc -l" ;;
         realverl-install) stage realverl-install 90 bash -c "rm -rf /root/rw && mkdir -p /root/rw && \
                    cat /root/rp/part.tar.* | tar x -C /root/rw && python3 -m pip install -q --no-index --no-deps \
                    --no-compile --no-cache-dir --upgrade --target /tmp/realverl /root/rw/*.whl && ls /root/rw | wc -l && \
