@@ -188,7 +188,7 @@ def test_grpo_three_steps_through_the_cli_with_sglang(tmp_path, llama_path):
     rows = _run_cli(tmp_path, [f"model.name={llama_path}", f"model.dtype={DTYPE}", "rollout.name=sglang",
                                "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4",
                                "rollout.max_new_tokens=16", "rollout.enforce_eager=true",
-                               "rollout.gpu_memory_utilization=0.2"])
+                               "rollout.gpu_memory_utilization=0.2", "rollout.sleep_when=always"])
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["reward/mean"] is not None and r["rollout/logprob_diff"] < LP_MEAN_TOL, r

@@ -282,13 +282,14 @@ def _rows(out_dir) -> list[dict]:
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
 
 
-def test_grpo_three_steps_through_the_cli_with_vllm_on_cuda(tmp_path, llama_path):
+@pytest.mark.parametrize("sleep_when", ["always", "needed"])
+def test_grpo_three_steps_through_the_cli_with_vllm_on_cuda(tmp_path, llama_path, sleep_when):
     out = tmp_path / "grpo"
     proc = subprocess.run(
         [sys.executable, "-m", "verl.cli", "train", f"model.name={llama_path}", f"model.dtype={DTYPE}", "rollout.name=vllm",
          "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "rollout.max_new_tokens=16",
-         "rollout.enforce_eager=true", "rollout.gpu_memory_utilization=0.2", "logging.backends=[jsonl]",
-         "logging.progress_bar=false", f"device={DEVICE}", "--save_dir", str(out)],
+         "rollout.enforce_eager=true", "rollout.gpu_memory_utilization=0.2", f"rollout.sleep_when={sleep_when}",
+         "logging.backends=[jsonl]", "logging.progress_bar=false", f"device={DEVICE}", "--save_dir", str(out)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(out)
@@ -296,8 +297,12 @@ def test_grpo_three_steps_through_the_cli_with_vllm_on_cuda(tmp_path, llama_path
     for r in rows:
         assert r["reward/mean"] is not None and r["rollout/logprob_diff"] < LP_MEAN_TOL, r
         assert r["timing_s/update_weights"] > 0
-        if DEVICE == "cuda":  # sleep mode is on by default: the engine slept through each update
+        if DEVICE == "cuda" and sleep_when == "always":  # the engine slept through each update
             assert r["rollout/sleep_freed_gib"] > 1.0 and r["rollout/sleep_s"] > 0 and r["rollout/wake_s"] > 0, r
+        elif DEVICE == "cuda":  # a tiny model's update fits beside the awake engine: it never sleeps
+            assert "rollout/sleep_s" not in r, r
+    if DEVICE == "cuda" and sleep_when == "needed":
+        assert "the rollout engine stays awake for the updates" in proc.stdout, proc.stdout[-2000:]
 
 
 STALE_SCRIPT = """

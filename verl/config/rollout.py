@@ -61,6 +61,10 @@ class RolloutConfig(Section):
     # None -> max_prompt_length + max_new_tokens (also the HF static cache length)
     max_model_len: Optional[int] = key(None, resume_safe=True)
     enable_sleep_mode: bool = key(True, resume_safe=True)  # free KV cache while the actor trains (GPU only)
+    # needed: the engine sleeps for the update only where the update's mini-batch would not fit one
+    # micro-batch beside the awake engine (decided at the first step, verl/trainer/sleep_policy.py);
+    # always: every step
+    sleep_when: str = key("needed", choices=("needed", "always"), resume_safe=True)
     kv_cache_gb: float = key(1.0, gt=0, resume_safe=True)  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
     # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU

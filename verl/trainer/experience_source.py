@@ -28,17 +28,24 @@ import time
 import torch
 
 from verl.batch import Batch
+from verl.trainer.sleep_policy import SleepPolicy
 
 
 class SyncExperience:
     def __init__(self, trainer):
         self.t = trainer
         self.data = trainer.train_data  # what a checkpoint saves of the prompt stream
+        cfg = trainer.config
+        workers = [w for w in (trainer.actor, trainer.reference, trainer.critic) if w is not None]
+        micro = getattr(trainer.actor, "micro", None)
+        self.sleep = SleepPolicy(cfg.rollout.sleep_when, workers, cfg.training.mini_batch_size,
+                                 packed=bool(micro is not None and micro.packed))
 
     def next_batch(self) -> Batch:
         t = self.t
         batch, t._parts["rollout"] = t.generate_experience(t.train_data.next_batch())
-        t.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
+        if self.sleep.wanted(batch):
+            t.rollout.sleep()  # hybrid engine: generation memory is freed while the models train
         return batch
 
     def updating(self):

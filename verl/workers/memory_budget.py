@@ -131,11 +131,17 @@ class TokenBudget:
         if micro.max_tokens:
             return micro
         if self.tokens is None:
-            available, pending = available_bytes(self.device), self.pending()
-            self.tokens = token_budget(available, pending, self.shape, self.act_bytes, training=self.training,
-                                       checkpointing=self.checkpointing, chunk_size=self.chunk_size,
-                                       keep_logits=self.keep_logits)
+            self.tokens, available, pending = self.estimate()
             print(f"verl: {self.role} micro-batches of up to {self.tokens} tokens ({available / 2**30:.1f} GiB "
                   f"available, {pending / 2**30:.1f} GiB still to allocate; "
                   "training.max_tokens_per_micro_batch sets it)", flush=True)
         return dataclasses.replace(micro, max_tokens=self.tokens)
+
+    def estimate(self) -> tuple[int, int, int]:
+        """(tokens, available bytes, pending bytes) from the memory free now; nothing is kept
+        (`verl.trainer.sleep_policy` asks before the budget is derived)."""
+        available, pending = available_bytes(self.device), self.pending()
+        tokens = token_budget(available, pending, self.shape, self.act_bytes, training=self.training,
+                              checkpointing=self.checkpointing, chunk_size=self.chunk_size,
+                              keep_logits=self.keep_logits)
+        return tokens, available, pending
