@@ -23,6 +23,7 @@ import copy
 import json
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -156,6 +157,16 @@ def test_sampled_batch_layout(engine, tokenizer):
     assert len(out.response_text) == 9 and len(out.truncated) == 9
     # n samples of one prompt are different draws
     assert len({tuple(x) for x in responses_of(out)[:3]}) > 1
+
+
+def test_generate_reports_its_engine_call_and_the_time_around_it(engine, tokenizer):
+    start = time.perf_counter()
+    engine.generate(prompt_batch(tokenizer), SamplingParams(n=2, max_new_tokens=4, seed=3))
+    total = time.perf_counter() - start
+    m = engine.metrics()
+    assert set(m) == {"rollout/engine_call_s", "rollout/around_engine_s"}
+    assert m["rollout/engine_call_s"] > 0 and m["rollout/around_engine_s"] > 0
+    assert m["rollout/engine_call_s"] + m["rollout/around_engine_s"] <= total
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -18,7 +18,20 @@ from verl.rollout.hf_weights import hf_named_weights
 
 class InProcessEngine(RolloutEngine):
     """Subclasses set, in __init__: `_source = None` (the module last synced from) and
-    `_pending_metrics = {}` (sleep/wake metrics not yet returned by sync_weights)."""
+    `_pending_metrics = {}` (sleep/wake metrics not yet returned by sync_weights); their `generate`
+    records its split with `_record_generate`."""
+
+    _generate_metrics: dict = {}
+
+    def _record_generate(self, start: float, call_start: float, call_end: float) -> None:
+        """perf_counter marks of one generate: its start, and the engine call's start and end."""
+        self._generate_metrics = {"rollout/engine_call_s": call_end - call_start,
+                                  "rollout/around_engine_s": (call_start - start) + (time.perf_counter() - call_end)}
+
+    def metrics(self) -> dict:
+        """Of the last generate: seconds inside the engine's own call, and seconds verl spent around
+        it (the requests, reading the results, the Batch): where a rollout stage's time goes."""
+        return dict(self._generate_metrics)
 
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError

@@ -265,8 +265,11 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         if self.asleep:
             self.wake_up()
+        start = time.perf_counter()
         rows, params = self.build_requests(prompts, sampling)
+        call_start = time.perf_counter()
         outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True)
+        call_end = time.perf_counter()
         if len(outputs) != len(rows):
             raise RuntimeError(f"SGLang returned {len(outputs)} results for {len(rows)} requests")
         responses, log_probs, finished = [], [], []
@@ -275,8 +278,10 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
             responses.append(toks)
             log_probs.append(lps)
             finished.append(done)
-        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
-                                sampling.max_new_tokens, finished=finished)
+        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
+                                 sampling.max_new_tokens, finished=finished)
+        self._record_generate(start, call_start, call_end)
+        return batch
 
     # -------------------------------------------------------------- weight sync
     def load_weights(self, weights: list) -> int:

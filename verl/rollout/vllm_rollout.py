@@ -225,8 +225,11 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         if self.asleep:
             self.wake_up()
+        start = time.perf_counter()
         requests, params = self.build_requests(prompts, sampling)
+        call_start = time.perf_counter()
         outputs = self.llm.generate(requests, params, use_tqdm=False)
+        call_end = time.perf_counter()
         responses, log_probs, finished = [], [], []
         for out in outputs:  # same order as `requests`: prompt-major, samples adjacent
             samples = out.outputs
@@ -242,8 +245,10 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                 responses.append(toks)
                 log_probs.append(lps if isinstance(lps, list) else list(lps))
                 finished.append(sample.finish_reason == "stop")
-        return assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
-                                sampling.max_new_tokens, finished=finished)
+        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
+                                 sampling.max_new_tokens, finished=finished)
+        self._record_generate(start, call_start, call_end)
+        return batch
 
     # -------------------------------------------------------------- weight sync
     def load_weights(self, weights: list) -> int:
