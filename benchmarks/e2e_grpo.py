@@ -55,7 +55,9 @@ Systems:
 tokens/s = (prompt + completion tokens of the step) / step seconds. Columns: rollout_s is
 generation (TRL: time inside the model's generate, or inside its vLLM generate), update_s the
 policy update (TRL: the rest of its step), old_logprob_s verl's no-grad forward for pi_old,
-sync_s the weight sync (TRL+vLLM: its sync_weights). x_trl_vllm = tokens/s over trl-vllm's.
+sync_s the weight sync (TRL+vLLM: its sync_weights). x_trl_vllm = tokens/s over trl-vllm's. verl on vLLM or
+SGLang: engine_call_s is the part of rollout_s inside the engine's own generate call, around_engine_s verl's
+work around it (requests, results, the Batch); the rest of rollout_s is scoring and the step's bookkeeping.
 
     python benchmarks/e2e_grpo.py --device cpu --tiny                       # seconds
     python benchmarks/e2e_grpo.py --device cpu --systems verl-vllm trl trl-eager --threads 1 \
@@ -294,7 +296,9 @@ def summarize(system: str, result: dict, args) -> dict:
         names = steps[0]["engine"].keys()
         row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
         row.update(sleep_s=row["engine"].get("rollout/sleep_s"), wake_s=row["engine"].get("rollout/wake_s"),
-                   freed_gib=row["engine"].get("rollout/sleep_freed_gib"))
+                   freed_gib=row["engine"].get("rollout/sleep_freed_gib"),
+                   engine_call_s=row["engine"].get("rollout/engine_call_s"),
+                   around_engine_s=row["engine"].get("rollout/around_engine_s"))
     peaks = [s["peak_gib"] for s in result["steps"] if s.get("peak_gib") is not None]
     if peaks:
         row["peak_gib"] = max(peaks)
@@ -382,7 +386,8 @@ def _report(args, info, rows, quiet=False):
             if "tokens_per_s" in r and ref:
                 r[key] = round(r["tokens_per_s"] / ref["tokens_per_s"], 2)
     cols = ["system", "step_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_trl", "x_best_trl",
-            "completion_len", "rollout_s", "old_logprob_s", "update_s", "sync_s", "sleep_s", "wake_s", "freed_gib",
+            "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
+            "sleep_s", "wake_s", "freed_gib",
             "peak_gib", "error"]
     cols = [c for c in cols if c in ("system", "error") or any(r.get(c) is not None for r in rows)]
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
