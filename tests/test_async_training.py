@@ -61,6 +61,27 @@ def test_staleness_bound_and_version_tags(tmp_path, tiny_gpt2):
             assert abs(m["actor/is_ratio_mean"] - 1.0) > 1e-6
 
 
+def test_staleness_one_on_the_vllm_engine(tmp_path, tiny_qwen2):
+    """The path of the H200 benchmark (benchmarks/async_grpo.py --engine vllm), on vLLM's CPU build:
+    the producer thread generates on the in-process engine while the trainer updates; the engine's
+    weights follow the updates through the lock (a batch from the current weights has the engine's
+    log-probs equal to pi_old's)."""
+    metrics, params, versions = _run(tmp_path, "vllm_k1", steps=4, **{
+        "model.name": tiny_qwen2, "rollout.name": "vllm", "rollout.kv_cache_gb": 0.25,
+        "async_training.enable": "true", "async_training.max_staleness": 1})
+    staleness = [step - v[0] for step, v in versions]
+    # the producer starts batch i+1 as soon as batch i is handed over, long before update i ends
+    assert staleness[0] == 0 and all(s in (0, 1) for s in staleness) and 1 in staleness, staleness
+    for s, m in zip(staleness, metrics):
+        for key in KEYS:
+            assert torch.isfinite(torch.tensor(float(m[key]))), (key, m[key])
+        if s == 0:  # float32 on both sides: equal up to rounding
+            assert m["rollout/logprob_diff"] < 1e-3, m["rollout/logprob_diff"]
+        else:  # one update old: the importance weights are not all 1
+            assert abs(m["actor/is_ratio_mean"] - 1.0) > 1e-6, m["actor/is_ratio_mean"]
+    assert [m["async/staleness_max"] for m in metrics] == [float(s) for s in staleness]
+
+
 def test_staleness_above_zero_needs_an_engine_with_its_own_weights(tmp_path):
     with pytest.raises(ConfigError, match="rollout.hf_weight_copy: true"):
         load_config(None, small_overrides(tmp_path, **{"async_training.enable": "true"}))
