@@ -12,7 +12,7 @@ from verl.batch import Batch
 from verl.config import config_from_dict
 from verl.errors import ConfigError
 from verl.trainer.experience_source import SyncExperience
-from verl.trainer.sleep_policy import SleepPolicy, mini_batch_tokens, sleep_needed
+from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep, mini_batch_tokens, sleep_needed
 
 
 def three_rows() -> Batch:
@@ -88,7 +88,7 @@ def fake_trainer(budget, sleep_when="needed", mini=None):
                           training=SimpleNamespace(mini_batch_size=mini))
     actor = SimpleNamespace(budget=budget, micro=SimpleNamespace(packed=True))
     t = SimpleNamespace(config=cfg, actor=actor, reference=None, critic=None, train_data=None, _parts={},
-                        rollout=SimpleNamespace(sleep=lambda: slept.append(1)))
+                        rollout=SimpleNamespace(sleep=lambda: slept.append(1), sleep_enabled=True))
     t.generate_experience = lambda prompts: (three_rows(), {})
     t.train_data = SimpleNamespace(next_batch=lambda: None)
     return t, slept
@@ -113,3 +113,17 @@ def test_sleep_when_is_checked_with_the_key_named():
     with pytest.raises(ConfigError, match=r"rollout.sleep_when: 'sometimes' is not one of needed, always"):
         config_from_dict({"rollout": {"sleep_when": "sometimes"}})
     assert config_from_dict({}).rollout.sleep_when == "needed"
+
+
+def test_an_engine_without_sleep_mode_is_not_asked_about(capsys):
+    # HF engine on a GPU (no sleep mode), vLLM with enable_sleep_mode false, a wrapper around either
+    assert engine_can_sleep(SimpleNamespace()) is False
+    assert engine_can_sleep(SimpleNamespace(sleep_enabled=False)) is False
+    assert engine_can_sleep(SimpleNamespace(engine=SimpleNamespace(sleep_enabled=True))) is True  # multi-turn
+    budget = FakeBudget(10 ** 9)
+    t, slept = fake_trainer(budget)
+    t.rollout.sleep_enabled = False
+    source = SyncExperience(t)
+    source.next_batch()
+    assert len(slept) == 1 and budget.calls == 0  # sleep() is the engine's no-op; nothing decided
+    assert capsys.readouterr().out == ""

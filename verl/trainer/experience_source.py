@@ -28,7 +28,7 @@ import time
 import torch
 
 from verl.batch import Batch
-from verl.trainer.sleep_policy import SleepPolicy
+from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep
 
 
 class SyncExperience:
@@ -39,7 +39,8 @@ class SyncExperience:
         workers = [w for w in (trainer.actor, trainer.reference, trainer.critic) if w is not None]
         micro = getattr(trainer.actor, "micro", None)
         self.sleep = SleepPolicy(cfg.rollout.sleep_when, workers, cfg.training.mini_batch_size,
-                                 packed=bool(micro is not None and micro.packed))
+                                 packed=bool(micro is not None and micro.packed),
+                                 can_sleep=engine_can_sleep(trainer.rollout))
 
     def next_batch(self) -> Batch:
         t = self.t

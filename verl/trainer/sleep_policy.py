@@ -43,12 +43,24 @@ def sleep_needed(need_tokens: int, awake_budgets: list[Optional[int]]) -> bool:
     return not awake_budgets or any(b is None or need_tokens > b for b in awake_budgets)
 
 
+def engine_can_sleep(rollout) -> bool:
+    """Whether the rollout engine (or the one a wrapper such as the multi-turn rollout drives) has
+    a sleep mode that frees memory: vLLM and SGLang on a GPU with rollout.enable_sleep_mode."""
+    seen = 0
+    while rollout is not None and seen < 4:  # wrapper -> engine: a short chain
+        if hasattr(rollout, "sleep_enabled"):
+            return bool(rollout.sleep_enabled)
+        rollout, seen = getattr(rollout, "engine", None), seen + 1
+    return False
+
+
 class SleepPolicy:
-    def __init__(self, when: str, workers: list, mini_rows: Optional[int], packed: bool):
+    def __init__(self, when: str, workers: list, mini_rows: Optional[int], packed: bool, can_sleep: bool = True):
         """workers: the trainer's model roles (actor, and reference / critic where present);
-        mini_rows: training.mini_batch_size (None: the whole batch)."""
+        mini_rows: training.mini_batch_size (None: the whole batch); can_sleep: the engine has a
+        sleep mode (without one, sleep() is a no-op and there is nothing to decide or log)."""
         self.when, self.workers, self.mini_rows, self.packed = when, workers, mini_rows, packed
-        self.decided: Optional[bool] = None if when == "needed" else True
+        self.decided: Optional[bool] = None if when == "needed" and can_sleep else True
 
     def wanted(self, batch: Batch) -> bool:
         if self.decided is None:
