@@ -252,6 +252,25 @@ def timed(fn: Callable, device, repeats: int = 1) -> tuple[list[float], object]:
     return times, out
 
 
+def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens) -> list[dict]:
+    """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens
+    each path returned (verl's: its Batch's response mask; a raw engine's: `raw_tokens(output)`),
+    tokens/s, and the ratios to the raw paths with the same parameters and as a user calls it."""
+    rows = []
+    for key, label in paths:
+        out, seconds, times = timings[key]
+        tokens = int(out.response_mask.sum()) if key.startswith("ours") else raw_tokens(out)
+        rows.append(dict(batch=batch, path=label, key=key, tokens=tokens, seconds=round(seconds, 4),
+                         tokens_per_s=round(tokens / seconds), seconds_per_round=[round(t, 4) for t in times],
+                         ok=tokens == expected))
+    same = next(r for r in rows if r["key"] == "raw_same")["tokens_per_s"]
+    plain = next(r for r in rows if r["key"] == "raw_plain")["tokens_per_s"]
+    for r in rows:
+        r["x_raw_same"] = round(r["tokens_per_s"] / same, 3)
+        r["x_raw_plain"] = round(r["tokens_per_s"] / plain, 3)
+    return rows
+
+
 def timed_interleaved(fns: dict, rounds: int, device=None) -> dict:
     """Round-robin timing: every round calls each fn once, in order (a burst of load on a shared
     machine then lands on every path, not on one). Returns {name: (last output, median seconds,

@@ -72,22 +72,9 @@ def measure_batch(engine, tok, vllm, batch: int, args) -> list[dict]:
         "ours": lambda: engine.generate(prompts, sampling),
         "ours_unseeded": lambda: engine.generate(prompts, unseeded),
     }, args.repeats, common.resolve_device(args.device))
-    expected = num_prompts * args.n * args.max_new_tokens
-    rows = []
-    for key, label in PATHS:
-        out, seconds, times = timings[key]
-        # Tokens counted from what each path returned (not assumed): generated ids per sequence.
-        tokens = (int(out.response_mask.sum()) if key.startswith("ours")
-                  else sum(len(o.token_ids) for r in out for o in r.outputs))
-        rows.append(dict(batch=num_prompts * args.n, path=label, key=key, tokens=tokens, seconds=round(seconds, 4),
-                         tokens_per_s=round(tokens / seconds), seconds_per_round=[round(t, 4) for t in times],
-                         ok=tokens == expected))
-    same = next(r for r in rows if r["key"] == "raw_same")["tokens_per_s"]
-    plain = next(r for r in rows if r["key"] == "raw_plain")["tokens_per_s"]
-    for r in rows:
-        r["x_raw_same"] = round(r["tokens_per_s"] / same, 3)
-        r["x_raw_plain"] = round(r["tokens_per_s"] / plain, 3)
-    return rows
+    # Tokens counted from what each path returned (not assumed): generated ids per sequence.
+    return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
+                               lambda out: sum(len(o.token_ids) for r in out for o in r.outputs))
 
 
 def measure_hf(path, tok, cfg, batch: int, args, dtype) -> list[dict]:

@@ -56,20 +56,8 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
         "raw_same": lambda: sgl.generate(input_ids=same_ids, sampling_params=same_params, return_logprob=True),
         "ours": lambda: engine.generate(prompts, sampling),
     }, args.repeats, common.resolve_device("cuda"))
-    expected = num_prompts * args.n * args.max_new_tokens
-    rows = []
-    for key, label in PATHS:
-        out, seconds, times = timings[key]
-        tokens = int(out.response_mask.sum()) if key == "ours" else generated_tokens(out)
-        rows.append(dict(batch=num_prompts * args.n, path=label, key=key, tokens=tokens, seconds=round(seconds, 4),
-                         tokens_per_s=round(tokens / seconds), seconds_per_round=[round(t, 4) for t in times],
-                         ok=tokens == expected))
-    same = next(r for r in rows if r["key"] == "raw_same")["tokens_per_s"]
-    plain = next(r for r in rows if r["key"] == "raw_plain")["tokens_per_s"]
-    for r in rows:
-        r["x_raw_same"] = round(r["tokens_per_s"] / same, 3)
-        r["x_raw_plain"] = round(r["tokens_per_s"] / plain, 3)
-    return rows
+    return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
+                               generated_tokens)
 
 
 def vllm_rows(path: str) -> list[dict]:

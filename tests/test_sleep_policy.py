@@ -61,7 +61,7 @@ def test_needed_decides_once_and_logs_it(capsys):
     assert policy.wanted(three_rows()) is False
     assert budget.calls == 1  # kept for the run
     out = capsys.readouterr().out
-    assert "stays awake" in out and "up to 21 tokens" in out and "21" in out
+    assert "stays awake" in out and "up to 21 tokens" in out and "beside the awake engine: 21;" in out
 
     small = SleepPolicy("needed", [SimpleNamespace(budget=FakeBudget(20))], mini_rows=None, packed=False)
     assert small.wanted(three_rows()) is True

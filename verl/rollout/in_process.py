@@ -1,4 +1,4 @@
-"""What the in-process engines (vLLM, SGLang) share: syncing from the actor's module.
+"""What the in-process engines (vLLM, SGLang) share: starting from the actor (`from_actor`), syncing from its module.
 
 A subclass implements `load_weights(weights) -> bytes` (asleep or awake) and records its sleep/wake
 metrics in `_pending_metrics`; `sync_weights` streams the module's weights (HF names, LoRA merged)
@@ -14,6 +14,7 @@ import torch
 
 from verl.rollout.base import RolloutEngine
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.vllm_weights import engine_start_args
 
 
 class InProcessEngine(RolloutEngine):
@@ -32,6 +33,15 @@ class InProcessEngine(RolloutEngine):
         """Of the last generate: seconds inside the engine's own call, and seconds verl spent around
         it (the requests, reading the results, the Batch): where a rollout stage's time goes."""
         return dict(self._generate_metrics)
+
+    @classmethod
+    def from_actor(cls, model: torch.nn.Module, tokenizer, config):
+        """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
+        engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
+        engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
+                     **engine_start_args(model, tokenizer, config))
+        engine.sync_weights(model)
+        return engine
 
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError

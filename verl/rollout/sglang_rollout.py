@@ -242,17 +242,6 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
         if self._main_thread:
             keep_signal_handlers(self.engine)
 
-    @classmethod
-    def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "SGLangRollout":
-        """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
-        engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
-        from verl.rollout.vllm_weights import engine_start_args
-
-        engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
-                     **engine_start_args(model, tokenizer, config))
-        engine.sync_weights(model)
-        return engine
-
     # ------------------------------------------------------------------ generate
     def build_requests(self, prompts: Batch, sampling: SamplingParams) -> tuple[list, dict]:
         """The exact (input_ids, sampling_params) `generate` hands to `Engine.generate`: every

