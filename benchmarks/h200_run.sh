@@ -110,6 +110,10 @@ stage() {  # stage NAME SECONDS_NEEDED COMMAND...
 }
 
 SGL_PATH=/tmp/sgl:$ROOT
+vllm_rollout_json() {  # this call's vLLM rollout figures, else the last ones kept in the repository
+    if [ -f "$W/rollout_h200.json" ]; then echo "$W/rollout_h200.json"
+    else echo "$ROOT/benchmarks/results/h200/rollout_vllm_2026-12-01_full.json"; fi
+}
 SGL_SYSTEMS=""
 [ -d /tmp/sgl/sglang ] && SGL_SYSTEMS="verl-sglang"
 
@@ -249,7 +253,7 @@ print(info)" ;;
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;
         sgl-rollout) stage sgl-rollout 90 env PYTHONPATH=$SGL_PATH $PY benchmarks/rollout_sglang.py --model random:smollm2 \
                    --batches ${SGL_BATCHES:-64 256 512} --n 4 --max_new_tokens 256 --repeats 3 --sleep \
-                   --gpu_memory_utilization ${SGL_ROLLOUT_MEM:-0.5} --vllm_results "$W/rollout_h200.json" \
+                   --gpu_memory_utilization ${SGL_ROLLOUT_MEM:-0.5} --vllm_results "$(vllm_rollout_json)" \
                    --out "$W/rollout_sglang_h200.json" ;;
         *) echo "unknown stage $s" ;;
     esac
