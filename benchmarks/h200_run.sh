@@ -40,7 +40,8 @@
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
 #   async-bench benchmarks/async_grpo.py on vLLM, SmolLM2-135M-Instruct (fetched first by agent-demo or
 #               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction
-#   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each
+#   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
+#               ASYNC_ENGINE (vllm, or sglang: its sync run is then also #22's learning recipe on SGLang)
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
 # Real verl (PyPI verl 0.9.1 by volcengine; its package is also called `verl` and it pins vllm 0.24.0 and
 # transformers 5.9.0, so it lives in /tmp/realverl, the only PYTHONPATH entry of its process). Staged apart, 130
@@ -287,9 +288,10 @@ print(info)" ;;
         async-bench) stage async-bench 520 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 400 \
                    --out "$W/async_grpo_vllm.json" ;;
-        async-recipe) stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) $PY benchmarks/async_grpo.py \
-                   --device cuda --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} \
-                   --systems sync async-k1 --out "$W/async_recipe_vllm.json" --keep "$W/async_recipe" ;;
+        async-recipe) fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
+                   stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
+                   --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \
+                   --systems sync async-k1 --out "$W/async_recipe_$E.json" --keep "$W/async_recipe_$E" ;;
         e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
                    --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;
