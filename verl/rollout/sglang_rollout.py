@@ -54,7 +54,7 @@ from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
-from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
+from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 
 INSTALL_HINT = ("rollout.name: sglang needs SGLang; install it with pip install 'verl[sglang]' "
                 "(a CUDA GPU; it cannot share an environment with verl[vllm])")
@@ -324,6 +324,7 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
         return self._wake_rest(woke)
 
     def _wake_weights(self) -> tuple[float, float]:
+        release_cached_blocks()  # the update's freed activations, still reserved by PyTorch
         start, free_before = time.perf_counter(), free_gib()
         if "weights" in self.released:
             self.engine.resume_memory_occupation(tags=["weights"])
