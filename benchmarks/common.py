@@ -267,6 +267,23 @@ def with_around_engine(engine, fn):
     return call, seconds
 
 
+def gc_paused(fn):
+    """fn with Python's garbage collector off for the call and back on after it (a benchmark path,
+    not verl's code: it shows whether the collections that land in a call explain its time; what
+    the call freed by reference counting is gone before the next collection)."""
+
+    def call():
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return fn()
+        finally:
+            if was_on:
+                gc.enable()
+
+    return call
+
+
 def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens,
                  around: Optional[dict] = None, gc_stats: Optional[dict] = None) -> list[dict]:
     """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens

@@ -77,7 +77,8 @@
 #   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then sgl-tests-engine and
 #     sgl-tests-runs (the 12 tests, ~590 s together: two calls' worth with the rest)
 #   Plan for one session (~1,600 s after staging): A: install, gguf, sgl-install, fetch, async-bench, tests (~40 + 15 +
-#     51 + 300 + 175 s); B: sgl-rollout, sgl-tests-engine (~226 + ~250 s); C: sgl-tests-runs (~350 s); D: the rest
+#     51 + 300 + 175 s); B: sgl-rollout (4 paths now: ~260 s), sgl-tests-engine (~250 s); C: sgl-tests-runs (~350 s);
+#     D: the rest
 #   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
 #     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
 #     tests (~175 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's

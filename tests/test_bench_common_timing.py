@@ -37,3 +37,24 @@ def test_gc_tally_leaves_the_callbacks_as_it_found_them():
         gc.collect()
         gc.collect(0)  # a young collection: counted in the seconds, not as a full one
     assert tally.full == 1 and tally.seconds > 0 and gc.callbacks == before
+
+
+def test_gc_paused_turns_the_collector_off_for_the_call_only():
+    seen = []
+    assert common.gc_paused(lambda: seen.append(gc.isenabled()) or "out")() == "out"
+    assert seen == [False] and gc.isenabled()
+
+    def fails():
+        raise ValueError("x")
+
+    try:
+        common.gc_paused(fails)()
+    except ValueError:
+        pass
+    assert gc.isenabled()  # back on after an error too
+    gc.disable()
+    try:
+        common.gc_paused(lambda: None)()
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()
