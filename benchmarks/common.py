@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -265,6 +266,19 @@ def with_around_engine(engine, fn):
         return out
 
     return call, seconds
+
+
+def failure_summary(returncode: int, stderr: str, stdout: str = "") -> str:
+    """One line for a results table about a system's process that failed: "OOM " when it ran out of
+    memory, its exit code, and the last line that names an error or exception (else its last three
+    lines). The last lines alone can hide the cause: on the H200 on 2026-12-01 they were NCCL's
+    exit-time warning, after the line with the CUDA out-of-memory error."""
+    text = (stderr or stdout or "").strip()
+    lines = text.splitlines()
+    oom = "OOM " if "OutOfMemoryError" in text or "out of memory" in text.lower() else ""
+    named = [ln.strip() for ln in lines if re.search(r"[A-Za-z]*(Error|Exception)\b", ln) and "Warning" not in ln]
+    what = named[-1] if named else " | ".join(lines[-3:])
+    return f"{oom}exit {returncode}: {what[-300:]}"
 
 
 def gc_paused(fn):
