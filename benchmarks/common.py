@@ -256,15 +256,21 @@ def timed(fn: Callable, device, repeats: int = 1) -> tuple[list[float], object]:
     return times, out
 
 
+AROUND_SPLIT = ("around_engine_s", "readout_parse_s", "readout_batch_s", "readout_decode_s")
+
+
 def with_around_engine(engine, fn):
-    """(fn wrapped, list): after each call of fn (verl's generate), the list gets the seconds verl
-    spent around the engine's own call (rollout/around_engine_s: the requests, reading the results,
-    the Batch), so a gap to the raw engine can be split into verl's part and the engine's."""
-    seconds: list[float] = []
+    """(fn wrapped, list): after each call of fn (verl's generate), the list gets a dict of the seconds
+    verl spent around the engine's own call (rollout/around_engine_s: the requests, reading the results,
+    the Batch) and, where the backend records it, that time's split (readout_parse_s: the outputs into
+    lists; readout_batch_s: the Batch's arrays; readout_decode_s: the texts), so a gap to the raw engine
+    can be split into verl's part and the engine's, and verl's part into its stages."""
+    seconds: list[dict] = []
 
     def call():
         out = fn()
-        seconds.append(engine.metrics().get("rollout/around_engine_s"))
+        m = engine.metrics()
+        seconds.append({k: m[f"rollout/{k}"] for k in AROUND_SPLIT if f"rollout/{k}" in m})
         return out
 
     return call, seconds
@@ -288,7 +294,8 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
     """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens
     each path returned (verl's: its Batch's response mask; a raw engine's: `raw_tokens(output)`),
     tokens/s, and the ratios to the raw paths with the same parameters and as a user calls it.
-    around: {key: seconds per call around the engine} (`with_around_engine`), kept as the median;
+    around: {key: [per call, the seconds around the engine and their split]} (`with_around_engine`),
+    each kept as the median;
     gc_stats: timed_interleaved's, kept as gc_s (median seconds in the garbage collector per call)
     and gc_full (full collections over all calls)."""
     rows = []
@@ -298,9 +305,11 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
         rows.append(dict(batch=batch, path=label, key=key, tokens=tokens, seconds=round(seconds, 4),
                          tokens_per_s=round(tokens / seconds), seconds_per_round=[round(t, 4) for t in times],
                          ok=tokens == expected))
-        marks = [s for s in (around or {}).get(key, []) if s is not None]
-        if marks:
-            rows[-1]["around_engine_s"] = round(statistics.median(marks), 4)
+        marks = (around or {}).get(key, [])
+        for name in AROUND_SPLIT:  # the median of each part over the calls
+            values = [m[name] for m in marks if m.get(name) is not None]
+            if values:
+                rows[-1][name] = round(statistics.median(values), 4)
         if gc_stats and key in gc_stats:
             rows[-1]["gc_s"] = round(statistics.median(sec for sec, _ in gc_stats[key]), 4)
             rows[-1]["gc_full"] = sum(full for _, full in gc_stats[key])

@@ -196,9 +196,9 @@ def main(argv=None) -> dict:
              f"sequence (ignore_eos), vLLM {vllm.__version__}; x_raw_same = tokens/s over raw LLM.generate on the "
              f"very requests verl sends. {extra['timing']}. gc_s / gc_full: seconds per call in Python's garbage "
              f"collector (median) and full collections over all calls, whole process.")
-    common.write_results(args.out, "rollout", info, rows, ["batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain",
-                                                           "tokens", "seconds", "around_engine_s", "gc_s", "gc_full"],
-                       extra=extra, notes=notes, quiet=True)
+    cols = ["batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain", "tokens", "seconds", *common.AROUND_SPLIT,
+            "gc_s", "gc_full"]
+    common.write_results(args.out, "rollout", info, rows, cols, extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 
 

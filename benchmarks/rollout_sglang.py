@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
              f"in Python's garbage collector (median) and full collections over all calls, whole process.")
     common.write_results(args.out, "rollout_sglang", info, rows + others,
                          ["engine", "batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain", "tokens", "seconds",
-                          "around_engine_s", "gc_s", "gc_full"],
+                          *common.AROUND_SPLIT, "gc_s", "gc_full"],
                          extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 

@@ -164,9 +164,12 @@ def test_generate_reports_its_engine_call_and_the_time_around_it(engine, tokeniz
     engine.generate(prompt_batch(tokenizer), SamplingParams(n=2, max_new_tokens=4, seed=3))
     total = time.perf_counter() - start
     m = engine.metrics()
-    assert set(m) == {"rollout/engine_call_s", "rollout/around_engine_s"}
+    split = ("rollout/readout_parse_s", "rollout/readout_batch_s", "rollout/readout_decode_s")
+    assert set(m) == {"rollout/engine_call_s", "rollout/around_engine_s", *split}
     assert m["rollout/engine_call_s"] > 0 and m["rollout/around_engine_s"] > 0
     assert m["rollout/engine_call_s"] + m["rollout/around_engine_s"] <= total
+    # the readout's parts are disjoint stretches of the time after the engine call
+    assert all(m[k] >= 0 for k in split) and sum(m[k] for k in split) <= m["rollout/around_engine_s"]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -24,14 +24,24 @@ class InProcessEngine(RolloutEngine):
 
     _generate_metrics: dict = {}
 
-    def _record_generate(self, start: float, call_start: float, call_end: float) -> None:
-        """perf_counter marks of one generate: its start, and the engine call's start and end."""
-        self._generate_metrics = {"rollout/engine_call_s": call_end - call_start,
-                                  "rollout/around_engine_s": (call_start - start) + (time.perf_counter() - call_end)}
+    def _record_generate(self, start: float, call_start: float, call_end: float, parsed: float = None,
+                         decode_s: float = None) -> None:
+        """perf_counter marks of one generate: its start, the engine call's start and end, and (where
+        the backend reports them) the end of reading the engine's results into lists, and the seconds
+        of the batch decode (RustBatchDecode.seconds): the split of the time around the call."""
+        end = time.perf_counter()
+        m = {"rollout/engine_call_s": call_end - call_start, "rollout/around_engine_s": (call_start - start) + (end - call_end)}
+        if parsed is not None:
+            m["rollout/readout_parse_s"] = parsed - call_end  # the engine's outputs into id / log-prob lists
+            if decode_s is not None:
+                m["rollout/readout_decode_s"] = decode_s
+                m["rollout/readout_batch_s"] = end - parsed - decode_s  # the Batch's arrays
+        self._generate_metrics = m
 
     def metrics(self) -> dict:
         """Of the last generate: seconds inside the engine's own call, and seconds verl spent around
-        it (the requests, reading the results, the Batch): where a rollout stage's time goes."""
+        it (the requests, reading the results, the Batch), with that split where the backend records
+        it (readout_parse_s, readout_batch_s, readout_decode_s): where a rollout stage's time goes."""
         return dict(self._generate_metrics)
 
     @classmethod

@@ -272,9 +272,10 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
             responses.append(toks)
             log_probs.append(lps)
             finished.append(done)
-        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
-                                 sampling.max_new_tokens, finished=finished)
-        self._record_generate(start, call_start, call_end)
+        parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
+        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,
+                                 finished=finished)
+        self._record_generate(start, call_start, call_end, parsed, decoder.seconds)
         return batch
 
     # -------------------------------------------------------------- weight sync

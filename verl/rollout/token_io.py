@@ -3,6 +3,8 @@ the response texts decoded in one Rust call, the tokenizer folder the engine loa
 
 from __future__ import annotations
 
+import time
+
 import os
 
 import torch
@@ -46,11 +48,19 @@ class RustBatchDecode:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.seconds = 0.0  # spent in batch_decode (the rollout's readout split: rollout/readout_decode_s)
 
     def __getattr__(self, name):  # everything else (pad/eos ids, ...) is the tokenizer's own
         return getattr(self.tokenizer, name)
 
     def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
+        start = time.perf_counter()
+        try:
+            return self._decode(sequences, skip_special_tokens)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _decode(self, sequences, skip_special_tokens: bool) -> list[str]:
         tok = self.tokenizer
         try:
             from transformers import PreTrainedTokenizerFast

@@ -237,9 +237,10 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                 responses.append(toks)
                 log_probs.append(lps if isinstance(lps, list) else list(lps))
                 finished.append(sample.finish_reason == "stop")
-        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, RustBatchDecode(self.tokenizer),
-                                 sampling.max_new_tokens, finished=finished)
-        self._record_generate(start, call_start, call_end)
+        parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
+        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,
+                                 finished=finished)
+        self._record_generate(start, call_start, call_end, parsed, decoder.seconds)
         return batch
 
     # -------------------------------------------------------------- weight sync
