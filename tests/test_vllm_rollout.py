@@ -384,3 +384,19 @@ def test_enforce_eager_reaches_the_engine(monkeypatch, llama_path, tokenizer, se
     with pytest.raises(Stop):
         VLLMRollout(llama_path, tokenizer, cfg, dtype="float32", device="cpu")
     assert seen["enforce_eager"] is want
+
+
+def test_weight_reload_path_by_device_and_quantization():
+    from verl.rollout.vllm_weights import choose_weight_reload
+
+    assert choose_weight_reload("direct", on_cpu=False, quantization=None) == ("direct", "")
+    assert choose_weight_reload("layerwise", on_cpu=False, quantization=None) == ("layerwise", "")
+    assert choose_weight_reload("direct", on_cpu=True, quantization=None) == ("layerwise", "")  # packed CPU weights
+    mode, note = choose_weight_reload("direct", on_cpu=False, quantization="fp8")
+    assert mode == "layerwise" and "fp8-quantized" in note and "rollout.weight_reload" in note
+    mode, note = choose_weight_reload("direct", on_cpu=False, quantization="?")
+    assert mode == "layerwise" and "does not report" in note
+
+
+def test_the_cpu_engine_syncs_layerwise(engine):
+    assert engine.weight_reload == "layerwise"
