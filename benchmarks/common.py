@@ -271,16 +271,23 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
     return rows
 
 
-def timed_interleaved(fns: dict, rounds: int, device=None) -> dict:
-    """Round-robin timing: every round calls each fn once, in order (a burst of load on a shared
-    machine then lands on every path, not on one). Returns {name: (last output, median seconds,
-    all seconds)}."""
-    outs, times = {}, {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t, outs[name] = timed(fn, device)
+def timed_interleaved(fns: dict, rounds: int, device=None, before=None) -> dict:
+    """Round-robin timing: every round calls each fn once (a burst of load on a shared machine then
+    lands on every path, not on one), round r starting at the r-th fn, so that no path always runs
+    right after the same other one (an engine still busy with the previous call's clean-up, or its
+    prefix cache warmed by it, would otherwise favour or cost one path every round). `before()`, if
+    given, runs untimed before every call (e.g. an engine's prefix-cache reset: each path then starts
+    from the state the trainer's generation starts from after a weight sync). Returns {name: (last
+    output, median seconds, all seconds)}."""
+    names = list(fns)
+    outs, times = {}, {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if before is not None:
+                before()
+            t, outs[name] = timed(fns[name], device)
             times[name] += t
-    return {name: (outs[name], statistics.median(times[name]), times[name]) for name in fns}
+    return {name: (outs[name], statistics.median(times[name]), times[name]) for name in names}
 
 
 def free_memory(device) -> None:

@@ -88,6 +88,24 @@ PY=python3
 
 pack() { tar -C /tmp -czf "$OUT/h200_results.tgz" h200_results; }
 
+in_session() {  # in_session SECONDS LOG COMMAND...: COMMAND under timeout in a session of its own, and
+    # afterwards whatever it left running ended (SIGTERM, 20 s, then SIGKILL). On 2026-12-01 a timed-out
+    # pytest left its verl CLI child and SGLang's scheduler running on the GPU into the next stage.
+    local secs=$1 log=$2 sidfile rc sid
+    shift 2
+    sidfile=$(mktemp)
+    setsid -w bash -c 'echo $$ > "$0"; exec timeout --kill-after=15 "$@"' "$sidfile" "$secs" "$@" > "$log" 2>&1
+    rc=$?
+    sid=$(cat "$sidfile"); rm -f "$sidfile"
+    if [ -n "$sid" ] && pgrep -s "$sid" > /dev/null; then
+        echo "   (processes the stage left running: $(pgrep -s "$sid" | tr '\n' ' ')- ended)" | tee -a "$W/run.log"
+        pkill -TERM -s "$sid"
+        for _ in $(seq 20); do pgrep -s "$sid" > /dev/null || break; sleep 1; done
+        pkill -KILL -s "$sid" 2> /dev/null
+    fi
+    return $rc
+}
+
 stage() {  # stage NAME SECONDS_NEEDED COMMAND...
     local name=$1 need=$2 left rc t0
     shift 2
@@ -99,9 +117,9 @@ stage() {  # stage NAME SECONDS_NEEDED COMMAND...
     echo "$name: cd $ROOT && PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 $*" >> "$W/commands.txt"
     t0=$(date +%s)
     if declare -F "$1" > /dev/null; then  # a function of this script (exported below): timeout needs a program
-        timeout $(( left - 5 )) bash -c '"$@"' _ "$@" > "$W/$name.log" 2>&1
+        in_session $(( left - 40 )) "$W/$name.log" bash -c '"$@"' _ "$@"
     else
-        timeout $(( left - 5 )) "$@" > "$W/$name.log" 2>&1
+        in_session $(( left - 40 )) "$W/$name.log" "$@"
     fi
     rc=$?
     echo "== $name rc=$rc $(( $(date +%s) - t0 )) s ($(date -u +%H:%M:%S))" | tee -a "$W/run.log"
@@ -156,7 +174,7 @@ sgl_learn() {  # the arithmetic learning recipe on SGLang
 }
 
 sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the GPU to a concurrent SGLang run)
-    env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k multi_turn -q -rA -p no:cacheprovider \
+    env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k multi_turn -v -rA --durations=0 -p no:cacheprovider \
         --junitxml="$W/sgl_mt_tests.xml"
 }
 
@@ -187,9 +205,9 @@ for name in ('vllm', 'trl', 'datasets', 'peft'):
         info[name] = 'missing: %s' % exc
 json.dump(info, open('$W/versions.json', 'w'), indent=1)
 print(info)" ;;
-        tests) stage tests 200 $PY -m pytest -m gpu tests/test_gpu_vllm.py -q -rA -p no:cacheprovider \
+        tests) stage tests 200 $PY -m pytest -m gpu tests/test_gpu_vllm.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_tests.xml" ;;
-        cuda-tests) stage cuda-tests 150 $PY -m pytest tests -q -rA -p no:cacheprovider -k "cuda or gpu" \
+        cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
                    --ignore=tests/test_distributed_ray.py --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
@@ -240,7 +258,7 @@ print(info)" ;;
         sgl-mt) stage sgl-mt 60 sgl_multi_turn_test ;;
         pause-*) sleep "${s#pause-}" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
-        sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -q -rA \
+        sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -v -rA --durations=0 \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
         async-bench) stage async-bench 420 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 400 \

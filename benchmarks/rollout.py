@@ -19,9 +19,10 @@ process), measured two ways:
                      target: ours >= 0.95x this one.
 and ours twice: with the trainer's sampling (seeded) and unseeded (SamplingParams.seed None:
 one SamplingParams for every request), to show what per-request seeds cost.
-The vLLM paths run interleaved (raw plain, raw same, ours, ..., raw plain, ...) for
-`--repeats` rounds and the median time is reported: a burst of load on a shared machine
-then lands on every path, not on one.
+The vLLM paths run interleaved for `--repeats` rounds, each round starting one path later
+(common.timed_interleaved), the prefix cache reset before every call (untimed, as after the
+trainer's weight sync), and the median time is reported: a burst of load on a shared machine
+then lands on every path, not on one, and no path always follows the same other one.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def measure_batch(engine, tok, vllm, batch: int, args) -> list[dict]:
         "raw_same": lambda: engine.llm.generate(same_prompts, same_params, use_tqdm=False),
         "ours": lambda: engine.generate(prompts, sampling),
         "ours_unseeded": lambda: engine.generate(prompts, unseeded),
-    }, args.repeats, common.resolve_device(args.device))
+    }, args.repeats, common.resolve_device(args.device),
+        before=engine.llm.reset_prefix_cache)  # as after the trainer's weight sync: no cached prefixes
     # Tokens counted from what each path returned (not assumed): generated ids per sequence.
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
                                lambda out: sum(len(o.token_ids) for r in out for o in r.outputs))

@@ -8,7 +8,8 @@ they run in two processes with two package folders; `--vllm_results` reads the o
 
 Same work as benchmarks/rollout.py: the same prompts, exactly `--max_new_tokens` tokens per
 sequence (`ignore_eos`), tokens counted from what each path returned. Three paths, interleaved for
-`--repeats` rounds (median kept, so a burst of load lands on every path):
+`--repeats` rounds, each round starting one path later and SGLang's cache flushed before every call
+(untimed; the trainer flushes it after each weight sync), median kept (common.timed_interleaved):
   raw (plain):       `Engine.generate(input_ids=prompts, sampling_params={n, max_new_tokens,
                      temperature, ignore_eos})`, as a user would call it (SGLang's own parallel
                      sampling, no log-probs);
@@ -55,7 +56,7 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
         "raw_plain": lambda: sgl.generate(input_ids=raw_ids, sampling_params=raw_params),
         "raw_same": lambda: sgl.generate(input_ids=same_ids, sampling_params=same_params, return_logprob=True),
         "ours": lambda: engine.generate(prompts, sampling),
-    }, args.repeats, common.resolve_device("cuda"))
+    }, args.repeats, common.resolve_device("cuda"), before=sgl.flush_cache)  # the trainer flushes after each sync
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
                                generated_tokens)
 
