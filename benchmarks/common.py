@@ -252,10 +252,26 @@ def timed(fn: Callable, device, repeats: int = 1) -> tuple[list[float], object]:
     return times, out
 
 
-def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens) -> list[dict]:
+def with_around_engine(engine, fn):
+    """(fn wrapped, list): after each call of fn (verl's generate), the list gets the seconds verl
+    spent around the engine's own call (rollout/around_engine_s: the requests, reading the results,
+    the Batch), so a gap to the raw engine can be split into verl's part and the engine's."""
+    seconds: list[float] = []
+
+    def call():
+        out = fn()
+        seconds.append(engine.metrics().get("rollout/around_engine_s"))
+        return out
+
+    return call, seconds
+
+
+def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens,
+                 around: Optional[dict] = None) -> list[dict]:
     """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens
     each path returned (verl's: its Batch's response mask; a raw engine's: `raw_tokens(output)`),
-    tokens/s, and the ratios to the raw paths with the same parameters and as a user calls it."""
+    tokens/s, and the ratios to the raw paths with the same parameters and as a user calls it.
+    around: {key: seconds per call around the engine} (`with_around_engine`), kept as the median."""
     rows = []
     for key, label in paths:
         out, seconds, times = timings[key]
@@ -263,6 +279,9 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
         rows.append(dict(batch=batch, path=label, key=key, tokens=tokens, seconds=round(seconds, 4),
                          tokens_per_s=round(tokens / seconds), seconds_per_round=[round(t, 4) for t in times],
                          ok=tokens == expected))
+        marks = [s for s in (around or {}).get(key, []) if s is not None]
+        if marks:
+            rows[-1]["around_engine_s"] = round(statistics.median(marks), 4)
     same = next(r for r in rows if r["key"] == "raw_same")["tokens_per_s"]
     plain = next(r for r in rows if r["key"] == "raw_plain")["tokens_per_s"]
     for r in rows:

