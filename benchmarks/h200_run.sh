@@ -98,6 +98,11 @@ in_session() {  # in_session SECONDS LOG COMMAND...: COMMAND under timeout in a 
     # pytest left its verl CLI child and SGLang's scheduler running on the GPU into the next stage.
     local secs=$1 log=$2 sidfile rc sid
     shift 2
+    if ! setsid --help 2>&1 | grep -q -- --wait; then  # no util-linux setsid -w here: the command alone
+        echo "   (no setsid -w: what the stage leaves running is not ended)" >> "$W/run.log"
+        timeout --kill-after=15 "$secs" "$@" > "$log" 2>&1
+        return
+    fi
     sidfile=$(mktemp)
     setsid -w bash -c 'echo $$ > "$0"; exec timeout --kill-after=15 "$@"' "$sidfile" "$secs" "$@" > "$log" 2>&1
     rc=$?
@@ -112,7 +117,7 @@ in_session() {  # in_session SECONDS LOG COMMAND...: COMMAND under timeout in a 
 }
 
 stage() {  # stage NAME SECONDS_NEEDED COMMAND...
-    local name=$1 need=$2 left rc t0
+    local name=$1 need=$2 left rc t0 secs
     shift 2
     left=$(( DEADLINE - $(date +%s) ))
     if [ "$left" -lt "$need" ]; then
@@ -121,10 +126,12 @@ stage() {  # stage NAME SECONDS_NEEDED COMMAND...
     fi
     echo "$name: cd $ROOT && PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 $*" >> "$W/commands.txt"
     t0=$(date +%s)
+    secs=$(( left - 40 ))  # room to end what the stage leaves running and to pack
+    [ "$secs" -lt 10 ] && secs=$(( left > 6 ? left - 5 : 1 ))  # (timeout 0 would mean no limit)
     if declare -F "$1" > /dev/null; then  # a function of this script (exported below): timeout needs a program
-        in_session $(( left - 40 )) "$W/$name.log" bash -c '"$@"' _ "$@"
+        in_session "$secs" "$W/$name.log" bash -c '"$@"' _ "$@"
     else
-        in_session $(( left - 40 )) "$W/$name.log" "$@"
+        in_session "$secs" "$W/$name.log" "$@"
     fi
     rc=$?
     echo "== $name rc=$rc $(( $(date +%s) - t0 )) s ($(date -u +%H:%M:%S))" | tee -a "$W/run.log"
