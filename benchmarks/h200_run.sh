@@ -76,7 +76,8 @@
 #   SGLang: sgl-mt (the multi-turn test alone, ~100 s), sgl-learn (#22, SGL_LEARN_MINUTES=4: ~330 s),
 #     sgl-rollout again (the order-rotated benchmark; target 0.95x at 64 and 256)
 #   #21: async-bench (~420 s) and async-recipe (ASYNC_MINUTES=4: ~630 s; 3: ~510 s)
-#   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real
+#   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
+#     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet)
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -190,6 +191,17 @@ sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the 
         --junitxml="$W/sgl_mt_tests.xml"
 }
 
+big_model() {  # big-full-ARCH | big-lora-ARCH: does GRPO with vLLM colocated train ARCH on this GPU (#19 item 6)?
+    # verl-vllm alone, 8 prompts x 4 x 256 tokens, 1 warm-up + 1 timed step; full fine-tuning offloads AdamW's
+    # state to the host (training.offload_optimizer); LoRA rank 16. The per-stage peaks (memory_gb/*, branch
+    # gpu-pending until merged) land in the row's memory columns.
+    local mode=${1#big-} arch extra=()
+    arch=${mode#*-}; mode=${mode%%-*}
+    if [ "$mode" = lora ]; then extra=(--lora-rank 16); else extra=(--verl-set training.offload_optimizer=true); fi
+    stage "$1" 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch "$arch" "${extra[@]}" \
+        --prompts 8 --group 4 --max-new-tokens 256 --steps 1 --warmup 1 --timeout 540 --out "$W/$1" --logs "$W/$1"
+}
+
 export PY W ROOT SGL_PATH
 export -f fetch_smollm2 keep_run agent_demo sgl_learn sgl_multi_turn_test
 
@@ -285,6 +297,7 @@ print(info)" ;;
                    --batches ${SGL_BATCHES:-64 256 512} --n 4 --max_new_tokens 256 --repeats 3 --sleep \
                    --gpu_memory_utilization ${SGL_ROLLOUT_MEM:-0.5} --vllm_results "$(vllm_rollout_json)" \
                    --out "$W/rollout_sglang_h200.json" ;;
+        big-full-*|big-lora-*) big_model "$s" ;;
         *) echo "unknown stage $s" ;;
     esac
 done
