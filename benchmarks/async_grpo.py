@@ -1,5 +1,6 @@
 """Synchronous against asynchronous training on the same work: seconds per step, throughput and GPU
-busy fraction of `async_training.max_staleness` 1 and 2 next to the synchronous loop; and, with
+busy fraction of `async_training.max_staleness` 1 and 2 (and 1 with partial rollouts, `--segment-tokens`
+per segment) next to the synchronous loop; and, with
 --recipe, the held-out accuracy each reaches in the same wall-clock time.
 
     python benchmarks/async_grpo.py --device cpu --threads 1 --steps 6            # tiny GPT-2, seconds a step
@@ -37,14 +38,17 @@ import time
 
 import common
 
-SYSTEMS = ("sync", "async-k1", "async-k2")
+SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial")  # -partial: async_training.partial_rollout
 RESULT_TAG = "ASYNC_RESULT "
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:
     if system == "sync":
         return {}
-    o = {"async_training.enable": "true", "async_training.max_staleness": int(system[-1])}
+    k, _, partial = system[len("async-k"):].partition("-")
+    o = {"async_training.enable": "true", "async_training.max_staleness": int(k)}
+    if partial:  # generation in segments, an update published meanwhile used for the rest
+        o.update({"async_training.partial_rollout": "true", "async_training.segment_tokens": args.segment_tokens})
     if engine == "hf":  # the HF engine generates with the actor's module unless it has a copy of its own
         o["rollout.hf_weight_copy"] = "true"
     return o
@@ -185,6 +189,7 @@ def parse(argv=None):
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--recipe", default=None, help="a config file: compare held-out accuracy at equal wall-clock")
     ap.add_argument("--minutes", type=float, default=4.0, help="--recipe: wall-clock minutes per system")
+    ap.add_argument("--segment-tokens", type=int, default=128, help="async-k1-partial: async_training.segment_tokens")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
     ap.add_argument("--worker", default=None, help=argparse_suppress())
     args = ap.parse_args(argv)

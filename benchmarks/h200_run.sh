@@ -284,7 +284,7 @@ print(info)" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
         sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -v -rA --durations=0 \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
-        async-bench) stage async-bench 420 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
+        async-bench) stage async-bench 520 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 400 \
                    --out "$W/async_grpo_vllm.json" ;;
         async-recipe) stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) $PY benchmarks/async_grpo.py \

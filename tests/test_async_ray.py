@@ -111,6 +111,24 @@ def test_staleness_one_under_ray_and_a_dead_rank_stops_the_run(ray_local, tmp_pa
     _close(trainer)
 
 
+def test_partial_rollouts_under_ray(ray_local, tmp_path, llama):
+    """async_training.partial_rollout with the driver's engine: the segments' syncs between generation
+    requests gather the weights from the ranks like the producer's own; every sample's versions stay
+    within the bound and start at its policy_version."""
+    trainer = _trainer(tmp_path, "partial", llama, **{
+        "async_training.enable": "true", "async_training.max_staleness": 1, "rollout.hf_weight_copy": "true",
+        "async_training.partial_rollout": "true", "async_training.segment_tokens": 2, "rollout.max_new_tokens": 8,
+        "async_training.timeout_s": 120})
+    metrics, versions = _steps(trainer, 3)
+    for (step, tags), m in zip(versions, metrics):
+        assert m["async/partial_segments"] >= 1 and step - tags[0] <= 1
+        assert all(torch.isfinite(torch.tensor(float(m[k]))) for k in KEYS)
+    for e in trainer._last_batch.extra:
+        vs = [v for _, v in e["version_switches"]]
+        assert vs[0] == e["policy_version"] and vs == sorted(vs) and vs[-1] <= trainer.global_step - 1
+    _close(trainer)
+
+
 @pytest.fixture(scope="module")
 def llama128(tmp_path_factory) -> str:
     """vLLM's CPU build needs a head size of 32 or more: hidden 128, 4 heads."""

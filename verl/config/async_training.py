@@ -15,3 +15,9 @@ class AsyncTrainingConfig(Section):
     # trainer exactly (generation of batch k+1 waits for update k)
     max_staleness: int = key(1, ge=0)
     timeout_s: float = key(600.0, gt=0, resume_safe=True)  # the longest the trainer waits for a batch
+    # Partial rollouts (verl/rollout/partial.py): the producer generates in segments of segment_tokens new
+    # tokens and, between segments, syncs to an update published meanwhile, so the rest of a long response
+    # comes from the newer weights (extra["version_switches"] per sample). Needs max_staleness > 0 (at 0
+    # no update lands during a generation: one call, as without it); single-turn rollouts only.
+    partial_rollout: bool = key(False, resume_safe=True)
+    segment_tokens: int = key(256, ge=1, resume_safe=True)

@@ -206,6 +206,9 @@ def _check_async(cfg: Config) -> None:
     """Overlapping generation with the update needs an engine that does not generate with the very
     module being trained (under Ray too: the driver's engine, or the vLLM replica group)."""
     r = cfg.rollout
+    if cfg.async_training.partial_rollout and r.is_multi_turn:
+        raise ConfigError("async_training.partial_rollout: not with multi-turn rollouts (rollout.tools / "
+                          "rollout.environment) yet: their turns are generated whole; set it to false")
     if cfg.async_training.max_staleness > 0 and r.name == "hf" and not r.hf_weight_copy:
         raise ConfigError("async_training.max_staleness: > 0 generates while the actor trains, so the engine needs "
                           "weights of its own: set rollout.hf_weight_copy: true (or rollout.name: vllm), or "

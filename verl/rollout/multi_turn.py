@@ -39,6 +39,7 @@ from verl.agents.parsing import parse_tool_calls
 from verl.agents.tools import ToolRunner
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.token_io import left_padded
 from verl.rollout.turn_template import TurnTemplate
 
 # What ends a model turn that calls a tool, per call format (the stop text stays in the turn).
@@ -350,13 +351,7 @@ def _contexts(rows: Batch, live: list, tokenizer) -> Batch:
     for t in live:
         prompt = rows.input_ids[t.row][rows.attention_mask[t.row] > 0].tolist()
         seqs.append(prompt + t.ids)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    att = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        att[i, width - len(s):] = 1
+    ids, att = left_padded(seqs, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     pick = [t.row for t in live]
     sub = rows.select(pick)
     return sub.replace(input_ids=ids, attention_mask=att, position_ids=None)

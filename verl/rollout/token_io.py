@@ -20,6 +20,18 @@ def unpadded_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list
     return [[t for t, m in zip(r, k) if m] for r, k in zip(rows, mask.tolist())]
 
 
+def left_padded(seqs: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (len(seqs), longest), of token-id lists left-padded with
+    `pad_id`: the prompt layout every engine takes (a context that goes on from earlier tokens)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        att[i, width - len(s):] = 1
+    return ids, att
+
+
 class RustBatchDecode:
     """The tokenizer as `assemble_rollout` uses it (pad/eos ids, batch_decode), with batch_decode
     done by a fast tokenizer's Rust backend in one call: transformers' batch_decode first walks

@@ -28,6 +28,7 @@ import time
 import torch
 
 from verl.batch import Batch
+from verl.rollout.partial import generate_in_segments
 from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep
 
 
@@ -65,9 +66,12 @@ class _LockedEngine:
 
     def __init__(self, engine, lock):
         self._engine, self._lock = engine, lock
+        self.segmented = None  # (thread, fn(engine, prompts, sampling)): that thread's generations in segments
 
     def generate(self, prompts, sampling):
         with self._lock:
+            if self.segmented is not None and threading.current_thread() is self.segmented[0]:
+                return self.segmented[1](self._engine, prompts, sampling)
             return self._engine.generate(prompts, sampling)
 
     def sync_weights(self, model):
@@ -110,17 +114,44 @@ class AsyncExperience:
         self.stop = threading.Event()
         self.drawn = []  # loader states before each batch drawn and not yet trained on, oldest first
         self.dropped = 0
+        self.synced = None  # the weights version the engine holds
+        # Partial rollouts (verl/rollout/partial.py): at k = 0 no update lands during a generation
+        self.partial = cfg.partial_rollout and self.k > 0
+        self.segment_tokens = cfg.segment_tokens
+        self.partial_stats = {"segments": 0, "switched": 0}
 
     # ------------------------------------------------------------------ producer
     def _start(self) -> None:
         self.weights_version = self.t.global_step
         self.next_index = self.t.global_step
         self.thread = threading.Thread(target=self._produce, name="verl-async-rollout", daemon=True)
+        if self.partial:
+            self.engine.segmented = (self.thread, self._generate_in_segments)
         self.thread.start()
+
+    def _sync_to_newest(self, wait: bool = True) -> int:
+        """Sync the engine to the actor's weights if they are newer than its own; never in the middle
+        of an update (`wait`: for it to end; else keep the engine's weights). The engine's version."""
+        if not self.updating_lock.acquire(blocking=wait):
+            return self.synced
+        try:
+            version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
+            if self.synced != version:
+                self.engine.sync_weights(self.t.actor.model)
+                self.synced = version
+        finally:
+            self.updating_lock.release()
+        return self.synced
+
+    def _generate_in_segments(self, engine, prompts, sampling):
+        batch, stats = generate_in_segments(engine, prompts, sampling, self.segment_tokens,
+                                            lambda: self._sync_to_newest(wait=False), self.t.tokenizer)
+        for name, value in stats.items():
+            self.partial_stats[name] += value
+        return batch
 
     def _produce(self) -> None:
         t = self.t
-        synced = None
         try:
             while not self.stop.is_set():
                 i = self.next_index
@@ -129,20 +160,20 @@ class AsyncExperience:
                         self.cond.wait(timeout=1.0)
                 if self.stop.is_set():
                     return
-                with self.updating_lock:  # never read the weights in the middle of an update
-                    version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
-                    if synced != version:
-                        self.engine.sync_weights(t.actor.model)
-                        synced = version
+                version = self._sync_to_newest()
                 with self.lock:
                     self.drawn.append(t.train_data.state_dict())
                     prompts = t.train_data.next_batch()
                 torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
                 started = time.perf_counter()
+                self.partial_stats = {"segments": 0, "switched": 0}
                 batch, metrics = t.generate_experience(prompts)
                 metrics["timing_s/async_generate"] = time.perf_counter() - started
+                if self.partial:
+                    metrics["async/partial_segments"] = float(self.partial_stats["segments"])
+                    metrics["async/partial_switched_samples"] = float(self.partial_stats["switched"])
                 for e in batch.extra:
-                    e["policy_version"] = version
+                    e["policy_version"] = version  # the oldest weights in the sample (partial: its first tokens)
                 self.next_index = i + 1
                 self._put((batch, metrics, version))
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops with it
