@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,6 +147,12 @@ def run_recipe(args, system: str) -> dict:
     started = time.perf_counter()
     run_training(args.recipe, [f"{k}={v}" for k, v in over.items()])
     rows = read_metrics(out)
+    if args.keep:  # the run's small files (not its checkpoints) for curves: --keep DIR/SYSTEM
+        keep = os.path.join(args.keep, system)
+        os.makedirs(keep, exist_ok=True)
+        for name in ("metrics.jsonl", "config.yaml", "samples.jsonl", "text.jsonl", "run_info.json"):
+            if os.path.exists(os.path.join(out, name)):
+                shutil.copy(os.path.join(out, name), keep)
     key = pick_val_key([rows])
     val = [r for r in rows if key and r.get(key) is not None]
     return {"system": system, "minutes": args.minutes, "wall_s": round(time.perf_counter() - started, 1),
@@ -190,6 +197,8 @@ def parse(argv=None):
     ap.add_argument("--recipe", default=None, help="a config file: compare held-out accuracy at equal wall-clock")
     ap.add_argument("--minutes", type=float, default=4.0, help="--recipe: wall-clock minutes per system")
     ap.add_argument("--segment-tokens", type=int, default=128, help="async-k1-partial: async_training.segment_tokens")
+    ap.add_argument("--keep", default=None, help="--recipe: copy each system's metrics, config and samples to "
+                                                 "KEEP/SYSTEM and plot them together in KEEP/dashboard.png")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
     ap.add_argument("--worker", default=None, help=argparse_suppress())
     args = ap.parse_args(argv)
@@ -217,6 +226,10 @@ def main(argv=None) -> int:
     info = common.machine_info(common.resolve_device(args.device))
     cmd = "python3 benchmarks/async_grpo.py " + " ".join(argv)
     if args.recipe:
+        kept = [os.path.join(args.keep, r["system"]) for r in rows if args.keep and "error" not in r]
+        if kept:  # one dashboard, the systems side by side (held-out accuracy against steps)
+            subprocess.run([sys.executable, "-m", "verl.cli", "plot", *kept, "--out",
+                            os.path.join(args.keep, "dashboard.png")], check=False, timeout=300)
         cols = ["system", "minutes", "steps", "val_key", "val_first", "val_last", "val_last_step", "wall_s", "error"]
         notes = (f"{args.recipe} on {args.engine or 'its engine'}, {args.minutes} wall-clock minutes per system "
                  f"(training.max_minutes, validation included); val_last = the last held-out figure reached.")

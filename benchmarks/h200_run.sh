@@ -289,7 +289,7 @@ print(info)" ;;
                    --out "$W/async_grpo_vllm.json" ;;
         async-recipe) stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} \
-                   --systems sync async-k1 --out "$W/async_recipe_vllm.json" ;;
+                   --systems sync async-k1 --out "$W/async_recipe_vllm.json" --keep "$W/async_recipe" ;;
         e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
                    --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;
