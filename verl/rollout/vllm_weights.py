@@ -3,10 +3,12 @@
     path = export_hf_folder(model, tokenizer)        # a folder vLLM can load (GGUF, hub names)
     llm.collective_rpc(load_in_place, args=(weights,))  # rollout.weight_reload: direct
     llm.collective_rpc(repack_cpu_shared_weights)    # after an in-place reload on the CPU backend
+    quiet_known_reload_noise(llm)                    # two benign warnings of vLLM's reload, dropped
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Optional
 
@@ -14,6 +16,42 @@ import torch
 
 from verl.models.lora import base_model
 from verl.rollout.hf_weights import hf_named_weights
+
+LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # vLLM's in-place reload (vllm 0.26-0.32)
+
+
+class KnownReloadNoise(logging.Filter):
+    """Drops two warnings of vLLM's layerwise reload that every sync of such a model prints.
+
+    The reload warns "<Layer>: Failed to load weights" for a layer that got no tensor from the
+    weights it was handed, and then puts that layer's tensors back as they were. A rotary embedding
+    has no weights (its cos/sin cache is computed at start), and a head tied to the embeddings holds
+    the embedding's own tensor, which is loaded under the embedding's name: for those two, putting
+    the tensors back is the right outcome (tests/test_vllm_rollout.py::
+    test_sync_reaches_every_layer_including_tied_head checks the tied head follows the sync). The
+    warning for any other layer stays."""
+
+    def __init__(self, tied_head: bool):
+        super().__init__()
+        self.tied_head = tied_head
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "%s: Failed to load weights" or not record.args:
+            return True
+        layer = str(record.args[0])
+        return not ("RotaryEmbedding" in layer or (self.tied_head and layer == "ParallelLMHead"))
+
+
+def quiet_known_reload_noise(llm) -> None:
+    """Install KnownReloadNoise on vLLM's layerwise-reload logger (once per process)."""
+    log = logging.getLogger(LAYERWISE_LOGGER)
+    if any(isinstance(f, KnownReloadNoise) for f in log.filters):
+        return
+    try:
+        tied = bool(getattr(llm.llm_engine.model_config.hf_text_config, "tie_word_embeddings", False))
+    except AttributeError:
+        tied = False  # unknown: the head's warning stays
+    log.addFilter(KnownReloadNoise(tied))
 
 
 def load_in_place(worker, weights: list) -> None:

@@ -118,7 +118,7 @@ class AsyncExperience:
         # Partial rollouts (verl/rollout/partial.py): at k = 0 no update lands during a generation
         self.partial = cfg.partial_rollout and self.k > 0
         self.segment_tokens = cfg.segment_tokens
-        self.partial_stats = {"segments": 0, "switched": 0}
+        self.partial_stats: dict = {}
 
     # ------------------------------------------------------------------ producer
     def _start(self) -> None:
@@ -146,8 +146,8 @@ class AsyncExperience:
     def _generate_in_segments(self, engine, prompts, sampling):
         batch, stats = generate_in_segments(engine, prompts, sampling, self.segment_tokens,
                                             lambda: self._sync_to_newest(wait=False), self.t.tokenizer)
-        for name, value in stats.items():
-            self.partial_stats[name] += value
+        for name, value in stats.items():  # summed over the batch's generations (DAPO may take several)
+            self.partial_stats[name] = self.partial_stats.get(name, 0) + value
         return batch
 
     def _produce(self) -> None:
@@ -166,12 +166,16 @@ class AsyncExperience:
                     prompts = t.train_data.next_batch()
                 torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
                 started = time.perf_counter()
-                self.partial_stats = {"segments": 0, "switched": 0}
+                self.partial_stats = {}
                 batch, metrics = t.generate_experience(prompts)
                 metrics["timing_s/async_generate"] = time.perf_counter() - started
                 if self.partial:
-                    metrics["async/partial_segments"] = float(self.partial_stats["segments"])
-                    metrics["async/partial_switched_samples"] = float(self.partial_stats["switched"])
+                    stats = self.partial_stats
+                    metrics["async/partial_segments"] = float(stats.get("segments", 0))
+                    metrics["async/partial_switched_samples"] = float(stats.get("switched", 0))
+                    for name in ("rollout/engine_call_s", "rollout/around_engine_s"):  # all segments, not the last
+                        if name in stats:
+                            metrics[name] = stats[name]
                 for e in batch.extra:
                     e["policy_version"] = version  # the oldest weights in the sample (partial: its first tokens)
                 self.next_index = i + 1
