@@ -213,21 +213,13 @@ def argparse_suppress():
     return argparse.SUPPRESS
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse(argv)
-    if args.worker:
-        print(RESULT_TAG + json.dumps(worker(args)), flush=True)
-        return 0
-    rows = []
-    for system in args.systems:
-        rows.append(run_isolated(args, system, argv))
-        print(json.dumps(rows[-1]), flush=True)
+def report(args, argv: list, rows: list, final: bool) -> None:
+    """The results table of the systems run so far (the combined dashboard once the last has run)."""
     info = common.machine_info(common.resolve_device(args.device))
     cmd = "python3 benchmarks/async_grpo.py " + " ".join(argv)
     if args.recipe:
         kept = [os.path.join(args.keep, r["system"]) for r in rows if args.keep and "error" not in r]
-        if kept:  # one dashboard, the systems side by side (held-out accuracy against steps)
+        if kept and final:  # one dashboard, the systems side by side (held-out accuracy against steps)
             subprocess.run([sys.executable, "-m", "verl.cli", "plot", *kept, "--out",
                             os.path.join(args.keep, "dashboard.png")], check=False, timeout=300)
         cols = ["system", "minutes", "steps", "val_key", "val_first", "val_last", "val_last_step", "wall_s", "error"]
@@ -250,6 +242,19 @@ def main(argv=None) -> int:
     cols = [c for c in cols if c == "system" or any(r.get(c) is not None for r in rows)]
     common.write_results(args.out or "benchmarks/results", "async_grpo", info, rows, cols, extra={"command": cmd},
                          notes=notes)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    if args.worker:
+        print(RESULT_TAG + json.dumps(worker(args)), flush=True)
+        return 0
+    rows = []
+    for system in args.systems:  # the table is rewritten after each system: a run cut short keeps what it measured
+        rows.append(run_isolated(args, system, argv))
+        print(json.dumps(rows[-1]), flush=True)
+        report(args, argv, rows, final=system == args.systems[-1])
     return 0
 
 

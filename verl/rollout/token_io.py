@@ -64,6 +64,16 @@ def free_gib() -> float:
     return torch.cuda.mem_get_info()[0] / 2**30
 
 
+def release_cached_blocks() -> None:
+    """Hand PyTorch's cached, unused CUDA blocks back to the driver before a sleeping engine maps
+    its memory again. The update's activations are freed when it ends but stay reserved by the
+    caching allocator, where the engine (vLLM's cuMem pool, SGLang's scheduler process) cannot
+    use them: on the H200 on 2026-12-01 an update sized by the token budget to ~96 GiB left the
+    KV cache's wake-up out of memory (cumem_allocator.cpp:163)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def tokenizer_path(tokenizer, model_path: str) -> str:
     """The engine (vLLM, SGLang) loads its own tokenizer (stop strings): the model folder's, else the actor's folder."""
     if any(os.path.exists(os.path.join(model_path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):

@@ -50,7 +50,7 @@ from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
-from verl.rollout.token_io import RustBatchDecode, free_gib, tokenizer_path, unpadded_rows
+from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
                                        quiet_known_reload_noise, repack_cpu_shared_weights)
 
@@ -301,6 +301,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         return self._wake_kv_cache(woke)
 
     def _wake_weights(self) -> tuple[float, float]:
+        release_cached_blocks()  # the update's freed activations, still reserved by PyTorch
         start, free_before = time.perf_counter(), free_gib()
         self.llm.wake_up(tags=["weights"])
         return start, free_before
