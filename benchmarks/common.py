@@ -223,7 +223,8 @@ def machine_info(device) -> dict:
 
 
 def sync(device) -> None:
-    if device.type == "cuda":
+    """Wait for the device's queued work (CUDA); nothing for the CPU or no device."""
+    if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
@@ -267,11 +268,13 @@ def with_around_engine(engine, fn):
 
 
 def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens,
-                 around: Optional[dict] = None) -> list[dict]:
+                 around: Optional[dict] = None, gc_stats: Optional[dict] = None) -> list[dict]:
     """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens
     each path returned (verl's: its Batch's response mask; a raw engine's: `raw_tokens(output)`),
     tokens/s, and the ratios to the raw paths with the same parameters and as a user calls it.
-    around: {key: seconds per call around the engine} (`with_around_engine`), kept as the median."""
+    around: {key: seconds per call around the engine} (`with_around_engine`), kept as the median;
+    gc_stats: timed_interleaved's, kept as gc_s (median seconds in the garbage collector per call)
+    and gc_full (full collections over all calls)."""
     rows = []
     for key, label in paths:
         out, seconds, times = timings[key]
@@ -282,6 +285,9 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
         marks = [s for s in (around or {}).get(key, []) if s is not None]
         if marks:
             rows[-1]["around_engine_s"] = round(statistics.median(marks), 4)
+        if gc_stats and key in gc_stats:
+            rows[-1]["gc_s"] = round(statistics.median(sec for sec, _ in gc_stats[key]), 4)
+            rows[-1]["gc_full"] = sum(full for _, full in gc_stats[key])
     same = next(r for r in rows if r["key"] == "raw_same")["tokens_per_s"]
     plain = next(r for r in rows if r["key"] == "raw_plain")["tokens_per_s"]
     for r in rows:
@@ -290,22 +296,51 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
     return rows
 
 
-def timed_interleaved(fns: dict, rounds: int, device=None, before=None) -> dict:
+class GcTally:
+    """While active (a `with` block): the seconds this process spent in Python's garbage collector
+    and the number of full (generation 2) collections, from gc.callbacks. A full collection walks
+    every tracked object of the process (an engine's, a model's), so one that lands inside a call
+    costs in proportion to the whole heap, not to the call's own work."""
+
+    def __init__(self):
+        self.seconds, self.full, self._start = 0.0, 0, None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info.get("generation") == 2
+            self._start = None
+
+    def __enter__(self) -> "GcTally":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def timed_interleaved(fns: dict, rounds: int, device=None, before=None, gc_stats: Optional[dict] = None) -> dict:
     """Round-robin timing: every round calls each fn once (a burst of load on a shared machine then
     lands on every path, not on one), round r starting at the r-th fn, so that no path always runs
     right after the same other one (an engine still busy with the previous call's clean-up, or its
     prefix cache warmed by it, would otherwise favour or cost one path every round). `before()`, if
     given, runs untimed before every call (e.g. an engine's prefix-cache reset: each path then starts
     from the state the trainer's generation starts from after a weight sync). Returns {name: (last
-    output, median seconds, all seconds)}."""
+    output, median seconds, all seconds)}; `gc_stats`, if given, gets {name: [(seconds in the garbage
+    collector, full collections) per call]} (`GcTally`)."""
     names = list(fns)
     outs, times = {}, {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             if before is not None:
                 before()
-            t, outs[name] = timed(fns[name], device)
+            with GcTally() as tally:
+                t, outs[name] = timed(fns[name], device)
             times[name] += t
+            if gc_stats is not None:
+                gc_stats.setdefault(name, []).append((tally.seconds, tally.full))
     return {name: (outs[name], statistics.median(times[name]), times[name]) for name in names}
 
 

@@ -34,7 +34,8 @@
 #               tokenizers 0.22.2, which SGLang 0.5.16 pins and the GPU image has newer; its gguf, also in the
 #               parts, is not copied twice: pip refuses two files of one version)
 #   sgl-probe   SGLang's version and the Engine methods verl calls, as JSON
-#   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (sgl-mt-bg: its multi-turn test
+#   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (~590 s for 12 tests: split into
+#               sgl-tests-engine, the tests on the module's engine, and sgl-tests-runs, the trainer runs; sgl-mt-bg: its multi-turn test
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
@@ -73,8 +74,10 @@
 # async-bench with sync async-k1 async-k2 302 s (sync crashed at its first wake-up: fixed since, CPU-tested);
 # ASYNC_ENGINE=sglang ASYNC_MINUTES=3 async-recipe 473 s (done: sync 60.8%, staleness 1 63.6%); tests 175 s (9 passed).
 #   #21: async-bench again (the sync row after the wake-up fix; ~300 s for sync async-k1 async-k2)
-#   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then all of sgl-tests
-#     in one run (~570 s: give it a call of its own)
+#   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then sgl-tests-engine and
+#     sgl-tests-runs (the 12 tests, ~590 s together: two calls' worth with the rest)
+#   Plan for one session (~1,600 s after staging): A: install, gguf, sgl-install, fetch, async-bench, tests (~40 + 15 +
+#     51 + 300 + 175 s); B: sgl-rollout, sgl-tests-engine (~226 + ~250 s); C: sgl-tests-runs (~350 s); D: the rest
 #   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
 #     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
 #     tests (~175 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
@@ -288,6 +291,10 @@ print(info)" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
         sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -v -rA --durations=0 \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
+        sgl-tests-engine|sgl-tests-runs)  # the 12 tests in two calls: those on the module's engine, then the trainer runs
+            K="not cli and not sigterm and not stale_engine and not multi_turn"; [ "$s" = sgl-tests-runs ] && K="not ($K)"
+            stage "$s" 120 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k "$K" -v -rA \
+                   --durations=0 -p no:cacheprovider --junitxml="$W/${s//-/_}.xml" ;;
         async-bench) stage async-bench 330 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 200 \
                    --systems ${ASYNC_SYSTEMS:-sync async-k1 async-k2} --out "$W/async_grpo_vllm.json" ;;

@@ -68,16 +68,19 @@ def measure_batch(engine, tok, vllm, batch: int, args) -> list[dict]:
     engine.llm.generate(raw_prompts[:2], raw_params, use_tqdm=False)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)  # warm-up of the log-prob path
     ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
+    gc_stats: dict = {}  # seconds in the garbage collector per call, by path
     timings = common.timed_interleaved({
         "raw_plain": lambda: engine.llm.generate(raw_prompts, raw_params, use_tqdm=False),
         "raw_same": lambda: engine.llm.generate(same_prompts, same_params, use_tqdm=False),
         "ours": ours,
         "ours_unseeded": lambda: engine.generate(prompts, unseeded),
     }, args.repeats, common.resolve_device(args.device),
-        before=engine.llm.reset_prefix_cache)  # as after the trainer's weight sync: no cached prefixes
+        before=engine.llm.reset_prefix_cache,  # as after the trainer's weight sync: no cached prefixes
+        gc_stats=gc_stats)
     # Tokens counted from what each path returned (not assumed): generated ids per sequence.
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
-                               lambda out: sum(len(o.token_ids) for r in out for o in r.outputs), {"ours": around})
+                               lambda out: sum(len(o.token_ids) for r in out for o in r.outputs), {"ours": around},
+                               gc_stats)
 
 
 def measure_hf(path, tok, cfg, batch: int, args, dtype) -> list[dict]:
@@ -191,9 +194,11 @@ def main(argv=None) -> dict:
         print("WARNING: a vLLM path returned a token count other than the expected one")
     notes = (f"model {args.model} ({args.dtype}, {args.device}), n={args.n}, {args.max_new_tokens} new tokens per "
              f"sequence (ignore_eos), vLLM {vllm.__version__}; x_raw_same = tokens/s over raw LLM.generate on the "
-             f"very requests verl sends. {extra['timing']}.")
+             f"very requests verl sends. {extra['timing']}. gc_s / gc_full: seconds per call in Python's garbage "
+             f"collector (median) and full collections over all calls, whole process.")
     common.write_results(args.out, "rollout", info, rows, ["batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain",
-                                                           "tokens", "seconds", "around_engine_s"], extra=extra, notes=notes, quiet=True)
+                                                           "tokens", "seconds", "around_engine_s", "gc_s", "gc_full"],
+                       extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 
 

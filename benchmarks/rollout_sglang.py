@@ -53,13 +53,15 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
     sgl.generate(input_ids=raw_ids[:2], sampling_params=raw_params)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)
     ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
+    gc_stats: dict = {}  # seconds in the garbage collector per call, by path
     timings = common.timed_interleaved({
         "raw_plain": lambda: sgl.generate(input_ids=raw_ids, sampling_params=raw_params),
         "raw_same": lambda: sgl.generate(input_ids=same_ids, sampling_params=same_params, return_logprob=True),
         "ours": ours,
-    }, args.repeats, common.resolve_device("cuda"), before=sgl.flush_cache)  # the trainer flushes after each sync
+    }, args.repeats, common.resolve_device("cuda"), before=sgl.flush_cache,  # the trainer flushes after each sync
+        gc_stats=gc_stats)
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
-                               generated_tokens, {"ours": around})
+                               generated_tokens, {"ours": around}, gc_stats)
 
 
 def vllm_rows(path: str) -> list[dict]:
@@ -142,10 +144,11 @@ def main(argv=None) -> dict:
     notes = (f"model {args.model} ({args.dtype}, {args.device}), n={args.n}, {args.max_new_tokens} new tokens per "
              f"sequence (ignore_eos), SGLang {sglang.__version__}; x_raw_same = tokens/s over raw Engine.generate on "
              f"the very requests verl sends; vLLM rows (engine vllm) from {args.vllm_results or 'not given'}, "
-             f"measured in another process on the same work. {extra['timing']}.")
+             f"measured in another process on the same work. {extra['timing']}. gc_s / gc_full: seconds per call "
+             f"in Python's garbage collector (median) and full collections over all calls, whole process.")
     common.write_results(args.out, "rollout_sglang", info, rows + others,
                          ["engine", "batch", "path", "tokens_per_s", "x_raw_same", "x_raw_plain", "tokens", "seconds",
-                          "around_engine_s"],
+                          "around_engine_s", "gc_s", "gc_full"],
                          extra=extra, notes=notes, quiet=True)
     return dict(extra, rows=rows)
 

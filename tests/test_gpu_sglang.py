@@ -162,6 +162,10 @@ def test_sleep_releases_memory_and_weights_come_back(engine, hf_model, tok):
         engine.sync_weights(hf_model)
 
 
+def test_wake_up_after_an_update_left_memory_reserved_in_pytorch(engine, tok):
+    vllm_checks.check_wake_after_memory_left_reserved(engine, tok)  # SGLang's scheduler is another process
+
+
 def test_unsupported_architecture_is_one_line(tmp_path, tok, cfg):
     from verl.rollout.sglang_rollout import SGLangRollout
 

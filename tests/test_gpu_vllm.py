@@ -297,6 +297,34 @@ def test_sleep_releases_the_kv_cache_and_weights_come_back(engine, hf_model, tok
         engine.sync_weights(hf_model)
 
 
+def check_wake_after_memory_left_reserved(engine, tok) -> None:
+    """The H200 crash of 2026-12-01 (benchmarks/async_grpo.py's sync system, vLLM sleep mode) at small
+    scale: while the engine sleeps, the update fills the GPU and frees it again, its blocks still
+    reserved by PyTorch's caching allocator; the wake-up must still map the engine's memory back
+    (it hands those blocks back first: verl.rollout.token_io.release_cached_blocks). Without that,
+    the wake-up runs out of memory (vLLM: cumem_allocator.cpp:163)."""
+    prompts, greedy = prompt_batch(tok), SamplingParams(n=2, max_new_tokens=16, greedy=True)
+    slept = engine.sleep()
+    assert slept["rollout/sleep_freed_gib"] > 8.0, slept  # 0.15 x the H200's 140 GiB were released
+    block = torch.empty(int((free_gib() - 4.0) * 2**30), dtype=torch.uint8, device="cuda")  # all but 4 GiB
+    reserved = torch.cuda.memory_reserved()
+    del block  # freed, still reserved: the engine cannot use it unless PyTorch hands it back
+    assert torch.cuda.memory_reserved() == reserved and free_gib() < 5.0
+    try:
+        engine.wake_up()
+    finally:
+        torch.cuda.empty_cache()  # a failed wake-up leaves no reserved block to the next tests
+    assert not engine.asleep
+    assert torch.cuda.memory_reserved() < reserved - 4 * 2**30  # the block was handed back
+    assert len(responses_of(engine.generate(prompts, greedy))) == 2 * len(PROMPTS)
+
+
+def test_wake_up_after_an_update_left_memory_reserved_in_pytorch(engine, tok):
+    if DEVICE != "cuda":
+        pytest.skip("vLLM has no sleep mode on the CPU (sleep() is a no-op there)")
+    check_wake_after_memory_left_reserved(engine, tok)
+
+
 # ---------------------------------------------------------------------------
 # The trainer on cuda (child processes)
 # ---------------------------------------------------------------------------
