@@ -179,8 +179,7 @@ def run_isolated(args, system: str, argv: list) -> dict:
         return {"system": system, "error": f"timeout after {args.timeout} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
     if proc.returncode != 0 or not lines:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        return {"system": system, "error": f"exit {proc.returncode}: {tail[-300:]}"}
+        return {"system": system, "error": common.failure_summary(proc.returncode, proc.stderr, proc.stdout)}
     return json.loads(lines[-1][len(RESULT_TAG):])
 
 

@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -265,6 +266,36 @@ def with_around_engine(engine, fn):
         return out
 
     return call, seconds
+
+
+def failure_summary(returncode: int, stderr: str, stdout: str = "") -> str:
+    """One line for a results table about a system's process that failed: "OOM " when it ran out of
+    memory, its exit code, and the last line that names an error or exception (else its last three
+    lines). The last lines alone can hide the cause: on the H200 on 2026-12-01 they were NCCL's
+    exit-time warning, after the line with the CUDA out-of-memory error."""
+    text = (stderr or stdout or "").strip()
+    lines = text.splitlines()
+    oom = "OOM " if "OutOfMemoryError" in text or "out of memory" in text.lower() else ""
+    named = [ln.strip() for ln in lines if re.search(r"[A-Za-z]*(Error|Exception)\b", ln) and "Warning" not in ln]
+    what = named[-1] if named else " | ".join(lines[-3:])
+    return f"{oom}exit {returncode}: {what[-300:]}"
+
+
+def gc_paused(fn):
+    """fn with Python's garbage collector off for the call and back on after it (a benchmark path,
+    not verl's code: it shows whether the collections that land in a call explain its time; what
+    the call freed by reference counting is gone before the next collection)."""
+
+    def call():
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return fn()
+        finally:
+            if was_on:
+                gc.enable()
+
+    return call
 
 
 def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens,

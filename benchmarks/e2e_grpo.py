@@ -350,9 +350,7 @@ def run_all(args) -> list[dict]:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
             if proc.returncode != 0 or not lines:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                oom = "OOM " if "OutOfMemoryError" in proc.stderr or "out of memory" in proc.stderr.lower() else ""
-                rows.append(dict(system=system, error=f"{oom}exit {proc.returncode}: {' | '.join(tail)[-300:]}"))
+                rows.append(dict(system=system, error=common.failure_summary(proc.returncode, proc.stderr, proc.stdout)))
                 if args.logs:  # the whole stderr of a failed system, for the record
                     os.makedirs(args.logs, exist_ok=True)
                     with open(os.path.join(args.logs, f"e2e_{system}.stderr.txt"), "w") as fh:

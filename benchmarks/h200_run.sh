@@ -39,6 +39,8 @@
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
+#   readout     benchmarks/rollout_readout.py on the host's CPU alone (no engine in the process): is verl's readout slow
+#               on this host by itself (0.181 s at 256 sequences inside the SGLang run, 0.050 s on the 2-core CPU machine)?
 #   async-bench benchmarks/async_grpo.py on vLLM, SmolLM2-135M-Instruct (fetched first by agent-demo or
 #               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction;
 #               ASYNC_SYSTEMS (default: sync async-k1 async-k2; add async-k1-partial, ~100 s more)
@@ -77,7 +79,8 @@
 #   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then sgl-tests-engine and
 #     sgl-tests-runs (the 12 tests, ~590 s together: two calls' worth with the rest)
 #   Plan for one session (~1,600 s after staging): A: install, gguf, sgl-install, fetch, async-bench, tests (~40 + 15 +
-#     51 + 300 + 175 s); B: sgl-rollout, sgl-tests-engine (~226 + ~250 s); C: sgl-tests-runs (~350 s); D: the rest
+#     51 + 300 + 175 s); B: readout, sgl-rollout (4 paths now: ~20 + ~260 s), sgl-tests-engine (~250 s); C: sgl-tests-runs (~350 s);
+#     D: the rest
 #   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
 #     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
 #     tests (~175 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
@@ -309,6 +312,7 @@ print(info)" ;;
                    --batches ${SGL_BATCHES:-64 256 512} --n 4 --max_new_tokens 256 --repeats 3 --sleep \
                    --gpu_memory_utilization ${SGL_ROLLOUT_MEM:-0.5} --vllm_results "$(vllm_rollout_json)" \
                    --out "$W/rollout_sglang_h200.json" ;;
+        readout) stage readout 40 $PY benchmarks/rollout_readout.py --repeats 7 --out "$W/rollout_readout_host.json" ;;
         big-full-*|big-lora-*) big_model "$s" ;;
         *) echo "unknown stage $s" ;;
     esac

@@ -7,7 +7,7 @@ they run in two processes with two package folders; `--vllm_results` reads the o
         --max_new_tokens 256 --sleep --vllm_results /tmp/h200_results/rollout_h200.json   # H200
 
 Same work as benchmarks/rollout.py: the same prompts, exactly `--max_new_tokens` tokens per
-sequence (`ignore_eos`), tokens counted from what each path returned. Three paths, interleaved for
+sequence (`ignore_eos`), tokens counted from what each path returned. Four paths, interleaved for
 `--repeats` rounds, each round starting one path later and SGLang's cache flushed before every call
 (untimed; the trainer flushes it after each weight sync), median kept (common.timed_interleaved):
   raw (plain):       `Engine.generate(input_ids=prompts, sampling_params={n, max_new_tokens,
@@ -16,7 +16,9 @@ sequence (`ignore_eos`), tokens counted from what each path returned. Three path
   raw (same params): `Engine.generate` on exactly the requests verl sends
                      (`SGLangRollout.build_requests`: each prompt n times, log-probs on, nothing
                      trimmed), without verl's Batch assembly. The target: verl >= 0.95x this one;
-  verl:              `SGLangRollout.generate` (requests, results into the Batch).
+  verl:              `SGLangRollout.generate` (requests, results into the Batch);
+  verl, GC paused:   the same with Python's garbage collector off for the call (common.gc_paused): a
+                     probe, not verl's code, of whether collections explain verl's time around the call.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rollout import PROMPTS, prompt_batch  # noqa: E402,F401  (same prompts as t
 from verl.rollout.sglang_rollout import SGLangRollout, import_sglang  # noqa: E402
 
 PATHS = [("raw_plain", "raw sglang.Engine.generate (plain)"), ("raw_same", "raw sglang.Engine.generate (same params)"),
-         ("ours", "verl SGLangRollout.generate")]
+         ("ours", "verl SGLangRollout.generate"), ("ours_gc_off", "verl SGLangRollout.generate, GC paused")]
 
 
 def generated_tokens(out) -> int:
@@ -53,15 +55,18 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
     sgl.generate(input_ids=raw_ids[:2], sampling_params=raw_params)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)
     ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
+    ours_gc_off, around_gc_off = common.with_around_engine(engine, common.gc_paused(
+        lambda: engine.generate(prompts, sampling)))
     gc_stats: dict = {}  # seconds in the garbage collector per call, by path
     timings = common.timed_interleaved({
         "raw_plain": lambda: sgl.generate(input_ids=raw_ids, sampling_params=raw_params),
         "raw_same": lambda: sgl.generate(input_ids=same_ids, sampling_params=same_params, return_logprob=True),
         "ours": ours,
+        "ours_gc_off": ours_gc_off,
     }, args.repeats, common.resolve_device("cuda"), before=sgl.flush_cache,  # the trainer flushes after each sync
         gc_stats=gc_stats)
     return common.rollout_rows(timings, PATHS, num_prompts * args.n, num_prompts * args.n * args.max_new_tokens,
-                               generated_tokens, {"ours": around}, gc_stats)
+                               generated_tokens, {"ours": around, "ours_gc_off": around_gc_off}, gc_stats)
 
 
 def vllm_rows(path: str) -> list[dict]:

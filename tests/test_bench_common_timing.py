@@ -37,3 +37,43 @@ def test_gc_tally_leaves_the_callbacks_as_it_found_them():
         gc.collect()
         gc.collect(0)  # a young collection: counted in the seconds, not as a full one
     assert tally.full == 1 and tally.seconds > 0 and gc.callbacks == before
+
+
+def test_gc_paused_turns_the_collector_off_for_the_call_only():
+    seen = []
+    assert common.gc_paused(lambda: seen.append(gc.isenabled()) or "out")() == "out"
+    assert seen == [False] and gc.isenabled()
+
+    def fails():
+        raise ValueError("x")
+
+    try:
+        common.gc_paused(fails)()
+    except ValueError:
+        pass
+    assert gc.isenabled()  # back on after an error too
+    gc.disable()
+    try:
+        common.gc_paused(lambda: None)()
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()
+
+
+# The end of the stderr of the H200 run's failed sync system (2026-12-01, session 5), abridged.
+H200_STDERR = """INFO 12-01 20:18:02 [block_pool.py:790] Successfully reset prefix cache
+CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/main/benchmarks/async_grpo.py", line 262, in <module>
+[rank0]:     python_create_and_map(*allocation_handle)
+[rank0]: RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163
+[rank0]:[W1201 20:18:03.771887855 ProcessGroupNCCL.cpp:1575] Warning: WARNING: destroy_process_group() was not called"""
+
+
+def test_failure_summary_names_the_error_line_not_the_exit_warnings():
+    line = common.failure_summary(1, H200_STDERR)
+    assert line == ("OOM exit 1: [rank0]: RuntimeError: CUDA Error: out of memory at "
+                    "/workspace/csrc/cumem_allocator.cpp:163")
+    # No line names an error: the last three lines, as before.
+    assert common.failure_summary(2, "a\nb\nc\nd") == "exit 2: b | c | d"
+    assert common.failure_summary(1, "", "only stdout") == "exit 1: only stdout"
