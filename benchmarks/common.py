@@ -24,6 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
+from gc_probe import GcTally
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -281,23 +283,6 @@ def failure_summary(returncode: int, stderr: str, stdout: str = "") -> str:
     return f"{oom}exit {returncode}: {what[-300:]}"
 
 
-def gc_paused(fn):
-    """fn with Python's garbage collector off for the call and back on after it (a benchmark path,
-    not verl's code: it shows whether the collections that land in a call explain its time; what
-    the call freed by reference counting is gone before the next collection)."""
-
-    def call():
-        was_on = gc.isenabled()
-        gc.disable()
-        try:
-            return fn()
-        finally:
-            if was_on:
-                gc.enable()
-
-    return call
-
-
 def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_tokens,
                  around: Optional[dict] = None, gc_stats: Optional[dict] = None) -> list[dict]:
     """The rollout benchmarks' rows (vLLM and SGLang): for each (key, label) of `paths`, the tokens
@@ -325,31 +310,6 @@ def rollout_rows(timings: dict, paths: list, batch: int, expected: int, raw_toke
         r["x_raw_same"] = round(r["tokens_per_s"] / same, 3)
         r["x_raw_plain"] = round(r["tokens_per_s"] / plain, 3)
     return rows
-
-
-class GcTally:
-    """While active (a `with` block): the seconds this process spent in Python's garbage collector
-    and the number of full (generation 2) collections, from gc.callbacks. A full collection walks
-    every tracked object of the process (an engine's, a model's), so one that lands inside a call
-    costs in proportion to the whole heap, not to the call's own work."""
-
-    def __init__(self):
-        self.seconds, self.full, self._start = 0.0, 0, None
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        elif self._start is not None:
-            self.seconds += time.perf_counter() - self._start
-            self.full += info.get("generation") == 2
-            self._start = None
-
-    def __enter__(self) -> "GcTally":
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        gc.callbacks.remove(self)
 
 
 def timed_interleaved(fns: dict, rounds: int, device=None, before=None, gc_stats: Optional[dict] = None) -> dict:

@@ -17,7 +17,7 @@ sequence (`ignore_eos`), tokens counted from what each path returned. Four paths
                      (`SGLangRollout.build_requests`: each prompt n times, log-probs on, nothing
                      trimmed), without verl's Batch assembly. The target: verl >= 0.95x this one;
   verl:              `SGLangRollout.generate` (requests, results into the Batch);
-  verl, GC paused:   the same with Python's garbage collector off for the call (common.gc_paused): a
+  verl, GC paused:   the same with Python's garbage collector off for the call (gc_probe.gc_paused): a
                      probe, not verl's code, of whether collections explain verl's time around the call.
 """
 
@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import gc_probe  # noqa: E402
 from rollout import PROMPTS, prompt_batch  # noqa: E402,F401  (same prompts as the vLLM benchmark)
 from verl.rollout.sglang_rollout import SGLangRollout, import_sglang  # noqa: E402
 
@@ -55,7 +56,7 @@ def measure_batch(engine: SGLangRollout, tok, batch: int, args) -> list[dict]:
     sgl.generate(input_ids=raw_ids[:2], sampling_params=raw_params)  # warm-up
     engine.generate(prompts.select([0, 1]) if num_prompts > 1 else prompts, sampling)
     ours, around = common.with_around_engine(engine, lambda: engine.generate(prompts, sampling))
-    ours_gc_off, around_gc_off = common.with_around_engine(engine, common.gc_paused(
+    ours_gc_off, around_gc_off = common.with_around_engine(engine, gc_probe.gc_paused(
         lambda: engine.generate(prompts, sampling)))
     gc_stats: dict = {}  # seconds in the garbage collector per call, by path
     timings = common.timed_interleaved({

@@ -1,4 +1,5 @@
-"""benchmarks/common.py's timing helpers: the interleaved order and the garbage-collector tally."""
+"""benchmarks/common.py's timing helpers (the interleaved order, a failed system's summary line) and
+benchmarks/gc_probe.py (the garbage-collector tally and the paused path)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import common  # noqa: E402
+import gc_probe  # noqa: E402
 
 
 def test_interleaved_rounds_rotate_the_order_and_tally_full_collections():
@@ -33,7 +35,7 @@ def test_interleaved_rounds_rotate_the_order_and_tally_full_collections():
 
 def test_gc_tally_leaves_the_callbacks_as_it_found_them():
     before = list(gc.callbacks)
-    with common.GcTally() as tally:
+    with gc_probe.GcTally() as tally:
         gc.collect()
         gc.collect(0)  # a young collection: counted in the seconds, not as a full one
     assert tally.full == 1 and tally.seconds > 0 and gc.callbacks == before
@@ -41,20 +43,20 @@ def test_gc_tally_leaves_the_callbacks_as_it_found_them():
 
 def test_gc_paused_turns_the_collector_off_for_the_call_only():
     seen = []
-    assert common.gc_paused(lambda: seen.append(gc.isenabled()) or "out")() == "out"
+    assert gc_probe.gc_paused(lambda: seen.append(gc.isenabled()) or "out")() == "out"
     assert seen == [False] and gc.isenabled()
 
     def fails():
         raise ValueError("x")
 
     try:
-        common.gc_paused(fails)()
+        gc_probe.gc_paused(fails)()
     except ValueError:
         pass
     assert gc.isenabled()  # back on after an error too
     gc.disable()
     try:
-        common.gc_paused(lambda: None)()
+        gc_probe.gc_paused(lambda: None)()
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from verl.batch import Batch
+from verl.rollout.token_io import pad_id
 
 
 @dataclass
@@ -85,7 +86,7 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     tokens (EOS included) and 0 on right padding, and position ids that count real tokens.
     """
     n = len(responses)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     lengths = [len(r) for r in responses]
     for i, (k, lps) in enumerate(zip(lengths, log_probs)):
         if k != len(lps):
@@ -96,7 +97,7 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     # arrays come from numpy.fromiter with the count known: for 1024 x 256 tokens 11 ms a field
     # against 20 ms for torch.tensor(list(chain)), which builds a list first.
     filled = torch.arange(resp_len)[None, :] < torch.tensor(lengths, dtype=torch.long).view(n, 1)
-    resp_ids = torch.full((n, resp_len), pad_id, dtype=torch.long)
+    resp_ids = torch.full((n, resp_len), pad, dtype=torch.long)
     resp_logp = torch.zeros((n, resp_len), dtype=torch.float32)
     total = sum(lengths)
     resp_ids[filled] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(responses), np.int64, total))

@@ -39,6 +39,7 @@ from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.sampling import token_log_probs
+from verl.rollout.token_io import pad_id
 
 
 # ---------------------------------------------------------------------------
@@ -166,8 +167,8 @@ class HFRollout(RolloutEngine):
             self.autocast_dtype = None  # generates in `dtype` directly
             self.sync_weights(model)
             if own_loop:
-                pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-                self.decoder = StaticDecoder(self.model, rollout_cfg.max_model_len, pad, tokenizer.eos_token_id)
+                self.decoder = StaticDecoder(self.model, rollout_cfg.max_model_len, pad_id(tokenizer),
+                                             tokenizer.eos_token_id)
         else:
             self.model = model  # the actor's module itself: generation always sees current weights
             self.autocast_dtype = compute_dtype

@@ -39,7 +39,7 @@ from verl.agents.parsing import parse_tool_calls
 from verl.agents.tools import ToolRunner
 from verl.batch import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams
-from verl.rollout.token_io import left_padded
+from verl.rollout.token_io import left_padded, pad_id
 from verl.rollout.turn_template import TurnTemplate
 
 # What ends a model turn that calls a tool, per call format (the stop text stays in the turn).
@@ -284,7 +284,7 @@ class MultiTurnRollout(RolloutEngine):
     def _assemble(self, rows: Batch, trajs: list) -> Batch:
         """The verl.batch layout: prompt block of `rows`, then each trajectory right-padded."""
         tok = self.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        pad = pad_id(tok)
         width = max(1, max(len(t.ids) for t in trajs))
         n = len(trajs)
         resp = torch.full((n, width), pad, dtype=torch.long)
@@ -351,7 +351,7 @@ def _contexts(rows: Batch, live: list, tokenizer) -> Batch:
     for t in live:
         prompt = rows.input_ids[t.row][rows.attention_mask[t.row] > 0].tolist()
         seqs.append(prompt + t.ids)
-    ids, att = left_padded(seqs, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    ids, att = left_padded(seqs, pad_id(tokenizer))
     pick = [t.row for t in live]
     sub = rows.select(pick)
     return sub.replace(input_ids=ids, attention_mask=att, position_ids=None)

@@ -33,7 +33,7 @@ from typing import Callable
 
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.token_io import RustBatchDecode, left_padded, unpadded_rows
+from verl.rollout.token_io import RustBatchDecode, left_padded, pad_id, unpadded_rows
 
 
 def _pieces(out: Batch) -> tuple[list, list]:
@@ -71,7 +71,7 @@ def generate_in_segments(engine, prompts: Batch, sampling: SamplingParams, segme
     switches = [[[0, version]] for _ in resp]
     running = [i for i, r in enumerate(resp) if not ended[i] and len(r) < total]
     generated, segments = step, 1
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     while running:
         version = current_version()
         for i in running:

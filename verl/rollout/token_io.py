@@ -1,4 +1,4 @@
-"""Token-list helpers every in-process engine (vLLM, SGLang) shares: prompt rows without padding,
+"""Token-list helpers the engines share: prompt rows without padding, the pad id, left-padded contexts,
 the response texts decoded in one Rust call, the tokenizer folder the engine loads, free GPU memory."""
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ def unpadded_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list
     if torch.equal(mask, torch.arange(width) >= (width - lengths)[:, None]):  # left padding: a suffix each
         return [r[width - n:] for r, n in zip(rows, lengths.tolist())]
     return [[t for t, m in zip(r, k) if m] for r, k in zip(rows, mask.tolist())]
+
+
+def pad_id(tokenizer) -> int:
+    """The id that pads token rows: the tokenizer's pad token, else its EOS (many causal LMs have no pad)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def left_padded(seqs: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
