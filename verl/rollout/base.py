@@ -92,31 +92,35 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
         if k != len(lps):
             raise ValueError(f"rollout sample {i}: {k} tokens but {len(lps)} log-probs")
     resp_len = max(1, max(lengths, default=1))
-    # One flat tensor per field, scattered through the (N, R) mask (row-major order = concatenation
+    # One flat array per field, scattered through the (N, R) mask (row-major order = concatenation
     # order): a tensor per row cost ~36 ms for 256 x 256 tokens on a 2-core CPU, this ~10 ms. The flat
-    # arrays come from numpy.fromiter with the count known: for 1024 x 256 tokens 11 ms a field
-    # against 20 ms for torch.tensor(list(chain)), which builds a list first.
-    filled = torch.arange(resp_len)[None, :] < torch.tensor(lengths, dtype=torch.long).view(n, 1)
-    resp_ids = torch.full((n, resp_len), pad, dtype=torch.long)
-    resp_logp = torch.zeros((n, resp_len), dtype=torch.float32)
+    # arrays come from numpy.fromiter with the count known (for 1024 x 256 tokens 11 ms a field
+    # against 20 ms for torch.tensor(list(chain)), which builds a list first). The arrays are built
+    # in numpy, single-threaded, and handed to torch without a copy: torch's own masked scatter, cat
+    # and cumsum run on its OpenMP pool, whose threads wait for each other at every op, and beside an
+    # engine's busy processes (SGLang's scheduler spins on a core) and the tokenizer's own pool that
+    # wait costs more than the op (256 x 256 tokens on 2 cores with one busy neighbour: 0.112 s
+    # median with torch's ops, see benchmarks/rollout_readout.py --busy).
+    filled = np.arange(resp_len)[None, :] < np.asarray(lengths, dtype=np.int64).reshape(n, 1)
+    resp_ids = np.full((n, resp_len), pad, dtype=np.int64)
+    resp_logp = np.zeros((n, resp_len), dtype=np.float32)
     total = sum(lengths)
-    resp_ids[filled] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(responses), np.int64, total))
-    resp_logp[filled] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(log_probs), np.float32, total))
-    resp_mask = filled.float()
+    resp_ids[filled] = np.fromiter(itertools.chain.from_iterable(responses), np.int64, total)
+    resp_logp[filled] = np.fromiter(itertools.chain.from_iterable(log_probs), np.float32, total)
     if finished is None:
         eos = tokenizer.eos_token_id
         finished = [bool(r) and r[-1] == eos for r in responses]
     truncated = [(not f) and len(r) >= max_new_tokens for f, r in zip(finished, responses)]
 
-    prompt_ids = prompts.input_ids.cpu()
-    prompt_mask = prompts.attention_mask.cpu()
-    input_ids = torch.cat([prompt_ids, resp_ids], dim=1)
-    attention_mask = torch.cat([prompt_mask, resp_mask.long()], dim=1)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask
+    input_ids = np.concatenate([prompts.input_ids.cpu().numpy(), resp_ids], axis=1)
+    attention_mask = np.concatenate([prompts.attention_mask.cpu().numpy().astype(np.int64), filled.astype(np.int64)], axis=1)
+    position_ids = np.clip(attention_mask.cumsum(axis=1) - 1, 0, None) * attention_mask
     texts = tokenizer.batch_decode(
         [r[:-1] if (f and r and r[-1] == tokenizer.eos_token_id) else r for r, f in zip(responses, finished)],
         skip_special_tokens=True,
     )
-    return prompts.replace(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                           responses=resp_ids, response_mask=resp_mask, rollout_log_probs=resp_logp,
+    return prompts.replace(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention_mask),
+                           position_ids=torch.from_numpy(position_ids), responses=torch.from_numpy(resp_ids),
+                           response_mask=torch.from_numpy(filled.astype(np.float32)),
+                           rollout_log_probs=torch.from_numpy(resp_logp),
                            response_text=texts, truncated=truncated)
