@@ -75,7 +75,8 @@ def assemble_with_torch_ops(prompts: Batch, responses, log_probs, tokenizer) -> 
     attention_mask = torch.cat([prompts.attention_mask, filled.long()], dim=1)
     input_ids = torch.cat([prompts.input_ids, resp_ids], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask
-    return input_ids, position_ids, resp_logp, filled.float(), tokenizer.batch_decode(responses, skip_special_tokens=True)
+    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
+    return input_ids, position_ids, resp_logp, filled.float(), texts
 
 
 def _spin() -> None:
@@ -152,7 +153,8 @@ def main(argv=None) -> int:
     common.write_results(args.out or "benchmarks/results", "rollout_readout", info, rows,
                          ["sequences", "tokens", "part", "seconds", "median_s"],
                          extra={"command": "python3 benchmarks/rollout_readout.py " + " ".join(sys.argv[1:])},
-                         notes=f"CPU only, no engine; seconds = best, median_s = median of {args.repeats} interleaved rounds; "
+                         notes=f"CPU only, no engine; seconds = best, median_s = median of {args.repeats} "
+                               f"interleaved rounds; "
                                f"{args.busy} busy-spinning neighbour processes; synthetic SGLang-shaped results, "
                                f"{args.tokens} tokens per sequence, 64-token prompts, a 49,152-token BPE tokenizer.")
     return 0

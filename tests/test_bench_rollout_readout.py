@@ -54,7 +54,9 @@ def test_the_torch_ops_baseline_builds_the_same_tensors_as_assemble_rollout():
     # hand-derived: row 0 = pad prompt, 3 | 5 6 7 -> positions 0 0 1 2 3; row 1 = 4 9 | 8 pad -> 0 1 2 0
     assert batch.position_ids.tolist() == pos.tolist() == [[0, 0, 1, 2, 3], [0, 1, 2, 0, 0]]
     assert batch.input_ids[:, :3].tolist() == ids[:, :3].tolist() == [[0, 3, 5], [4, 9, 8]]
-    assert torch.equal(batch.rollout_log_probs, logp) and torch.equal(batch.response_mask, mask)
+    # the log-probs sit where their tokens do, 0 on padding; the mask marks the generated tokens
+    assert batch.rollout_log_probs.tolist() == logp.tolist() == [[-0.5, -0.25, -1.0], [-2.0, 0.0, 0.0]]
+    assert batch.response_mask.tolist() == mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
 
 
 def test_synthetic_results_read_back_as_their_own_tokens():

@@ -113,7 +113,8 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     truncated = [(not f) and len(r) >= max_new_tokens for f, r in zip(finished, responses)]
 
     input_ids = np.concatenate([prompts.input_ids.cpu().numpy(), resp_ids], axis=1)
-    attention_mask = np.concatenate([prompts.attention_mask.cpu().numpy().astype(np.int64), filled.astype(np.int64)], axis=1)
+    prompt_mask = prompts.attention_mask.cpu().numpy().astype(np.int64)
+    attention_mask = np.concatenate([prompt_mask, filled.astype(np.int64)], axis=1)
     position_ids = np.clip(attention_mask.cumsum(axis=1) - 1, 0, None) * attention_mask
     texts = tokenizer.batch_decode(
         [r[:-1] if (f and r and r[-1] == tokenizer.eos_token_id) else r for r, f in zip(responses, finished)],
