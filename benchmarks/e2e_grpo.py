@@ -143,7 +143,9 @@ def worker_verl(args) -> dict:
                           stages={k.split("/", 1)[1]: round(v, 3) for k, v in m.items() if k.startswith("timing_s/")},
                           engine={k: round(v, 3) for k, v in m.items() if k.startswith("rollout/") and
                                   isinstance(v, (int, float))},
-                          peak_gib=common.peak_gib(device)))
+                          # per stage (verl/trainer/stage_memory.py): the trainer resets torch's peak counter
+                          memory={k.split("/", 1)[1]: round(v, 2) for k, v in m.items() if k.startswith("memory_gb/")},
+                          peak_gib=round(m["memory_gb/step"], 2) if "memory_gb/step" in m else common.peak_gib(device)))
     del trainer
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return dict(steps=steps)
@@ -302,6 +304,12 @@ def summarize(system: str, result: dict, args) -> dict:
     peaks = [s["peak_gib"] for s in result["steps"] if s.get("peak_gib") is not None]
     if peaks:
         row["peak_gib"] = max(peaks)
+    if steps and steps[0].get("memory"):  # verl on CUDA: the largest of each stage's peaks over the steps
+        names = set().union(*(s["memory"] for s in result["steps"]))
+        row["memory"] = {k: max(s["memory"].get(k, 0.0) for s in result["steps"]) for k in sorted(names)}
+        row.update(rollout_gib=row["memory"].get("rollout"), update_gib=row["memory"].get("update_actor"),
+                   device_rollout_gib=row["memory"].get("device/rollout"),
+                   device_update_gib=row["memory"].get("device/update_actor"))
     return row
 
 
@@ -386,7 +394,7 @@ def _report(args, info, rows, quiet=False):
     cols = ["system", "step_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_trl", "x_best_trl",
             "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
             "sleep_s", "wake_s", "freed_gib",
-            "peak_gib", "error"]
+            "peak_gib", "rollout_gib", "update_gib", "device_rollout_gib", "device_update_gib", "error"]
     cols = [c for c in cols if c in ("system", "error") or any(r.get(c) is not None for r in rows)]
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
@@ -396,7 +404,10 @@ def _report(args, info, rows, quiet=False):
              f"steps after {args.warmup} warm-up. x_trl_vllm = tokens/s over TRL with vLLM colocate (its defaults "
              f"otherwise); x_trl = over TRL's default configuration (HF generate); x_best_trl = over the fastest "
              f"TRL configuration run. verl options: {verl_options(args)}; attention per model.attn_implementation "
-             f"auto (eager for bf16 on the CPU, else SDPA)"
+             f"auto (eager for bf16 on the CPU, else SDPA). peak_gib: the most torch's allocator held in the "
+             f"trainer's process in a step; rollout_gib / update_gib: verl's per-stage peaks of it "
+             f"(memory_gb/rollout, memory_gb/update_actor); device_*_gib: the device's memory in use by all "
+             f"processes in those stages (memory_gb/device/*, NVML)"
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
              + (f"; {REAL_VERL_NOTES}" if "real-verl" in args.systems else "") + ".")

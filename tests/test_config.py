@@ -142,3 +142,20 @@ def test_rollout_name_auto_picks_vllm_on_a_gpu_when_installed(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find(name, *a))
     cfg = load_config(None)
     assert cfg.rollout.name == "hf" and "vLLM is not installed" in cfg.rollout.auto_note
+
+
+def test_packing_auto_is_packed_on_a_gpu_and_padded_elsewhere(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = load_config(None)  # device auto on a machine without CUDA
+    assert cfg.training.use_packed_samples is False and cfg.training.packed_by_default is False
+    cfg = load_config(None, ["device=cuda"])
+    assert cfg.training.use_packed_samples is True and cfg.training.packed_by_default is True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert load_config(None).training.use_packed_samples is True  # device auto with CUDA here
+    assert load_config(None, ["device=cpu"]).training.use_packed_samples is False
+    cfg = load_config(None, ["device=cuda", "training.use_packed_samples=false"])  # an explicit choice stays
+    assert cfg.training.use_packed_samples is False and not getattr(cfg.training, "packed_by_default", False)
+    cfg = load_config(None, ["device=cuda", "training.use_packed_samples=true"])
+    assert cfg.training.use_packed_samples is True and not getattr(cfg.training, "packed_by_default", False)

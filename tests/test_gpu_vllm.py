@@ -224,6 +224,30 @@ def test_sync_changes_generations_and_logprob_diff_drops_back(engine, hf_model, 
     assert diff_to(hf_model, back) < LP_MEAN_TOL
 
 
+def test_direct_and_layerwise_reload_leave_the_same_engine(engine, hf_model, tok):
+    """rollout.weight_reload: direct (the model's loader, in place; the GPU default) against vLLM's
+    layerwise reload_weights: after each, the same greedy tokens and log-probs from the actor's weights."""
+    assert engine.weight_reload == "direct"
+    prompts = prompt_batch(tok)
+    greedy = SamplingParams(n=1, max_new_tokens=16, greedy=True)
+    actor = perturbed(hf_model)
+    try:
+        with fixed_length(engine, None, 16):
+            engine.sync_weights(actor)
+            direct = engine.generate(prompts, greedy)
+            engine.sync_weights(hf_model)  # away and back: the second path must write every tensor
+            engine.weight_reload = "layerwise"
+            engine.sync_weights(actor)
+            layerwise = engine.generate(prompts, greedy)
+        assert responses_of(direct) == responses_of(layerwise)
+        # the same weights through the same kernels: equal up to run-to-run noise of the GPU kernels
+        assert torch.allclose(direct.rollout_log_probs, layerwise.rollout_log_probs, atol=1e-3)
+        assert diff_to(actor, direct) < LP_MEAN_TOL
+    finally:
+        engine.weight_reload = "direct"
+        engine.sync_weights(hf_model)
+
+
 # ---------------------------------------------------------------------------
 # Sleep mode
 # ---------------------------------------------------------------------------

@@ -178,3 +178,20 @@ def test_cpu_low_precision_packed_attention_is_eager_math(monkeypatch):
     # bf16 inputs, matmuls and output (2^-8 relative per rounding) of outputs |o| < 4 (averages
     # of v ~ N(0, 1)): observed <= 1e-2. atol 3e-2.
     assert calls and got.dtype == torch.bfloat16 and torch.allclose(got.float(), want, atol=3e-2)
+
+
+def test_packing_by_default_falls_back_to_padded_where_the_model_cannot_pack(capsys):
+    """training.use_packed_samples: auto on a GPU asks every worker for packing; a model that cannot
+    be packed then runs padded with one line naming the role, while an explicit `true` keeps the error."""
+    from transformers import BertConfig, BertModel
+
+    from verl.workers.micro_batches import MicroBatching
+
+    trunk = BertModel(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32))
+    mode, micro = MicroBatching(4, None, True, packed_by_default=True).with_packing(trunk, "critic")
+    assert mode is None and micro == MicroBatching(4, None, False, packed_by_default=True)
+    assert "verl: critic runs padded micro-batches: training.use_packed_samples" in capsys.readouterr().out
+    with pytest.raises(PackingUnsupported, match="use_packed_samples"):
+        MicroBatching(4, None, True).with_packing(trunk, "critic")
+    assert MicroBatching(4).with_packing(trunk, "critic") == (None, MicroBatching(4))  # padded: nothing asked

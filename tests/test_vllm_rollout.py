@@ -389,6 +389,22 @@ def test_enforce_eager_reaches_the_engine(monkeypatch, llama_path, tokenizer, se
     assert seen["enforce_eager"] is want
 
 
+def test_weight_reload_path_by_device_and_quantization():
+    from verl.rollout.vllm_weights import choose_weight_reload
+
+    assert choose_weight_reload("direct", on_cpu=False, quantization=None) == ("direct", "")
+    assert choose_weight_reload("layerwise", on_cpu=False, quantization=None) == ("layerwise", "")
+    assert choose_weight_reload("direct", on_cpu=True, quantization=None) == ("layerwise", "")  # packed CPU weights
+    mode, note = choose_weight_reload("direct", on_cpu=False, quantization="fp8")
+    assert mode == "layerwise" and "fp8-quantized" in note and "rollout.weight_reload" in note
+    mode, note = choose_weight_reload("direct", on_cpu=False, quantization="?")
+    assert mode == "layerwise" and "does not report" in note
+
+
+def test_the_cpu_engine_syncs_layerwise(engine):
+    assert engine.weight_reload == "layerwise"
+
+
 def test_only_the_known_benign_reload_warnings_are_dropped():
     """vLLM's layerwise reload warns for every layer it got no tensor for; a rotary embedding has
     none and a tied head is loaded through the embedding (test_sync_reaches_every_layer_including_tied_head):

@@ -65,6 +65,10 @@ class RolloutConfig(Section):
     # micro-batch beside the awake engine (decided at the first step, verl/trainer/sleep_policy.py);
     # always: every step
     sleep_when: str = key("needed", choices=("needed", "always"), resume_safe=True)
+    # vLLM weight sync on a GPU: direct (the model's own loader into the engine's tensors, in place)
+    # or layerwise (vLLM's reload_weights, which re-processes every layer: what a quantized engine
+    # gets whatever this says, and the CPU backend, whose linear weights are packed after loading)
+    weight_reload: str = key("direct", choices=("direct", "layerwise"), resume_safe=True)
     kv_cache_gb: float = key(1.0, gt=0, resume_safe=True)  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
     # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU

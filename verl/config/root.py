@@ -128,6 +128,9 @@ def check_cross_sections(cfg: Config) -> None:
         r.name, r.auto_note = _default_engine(cfg)
     if r.name == "sglang":
         _check_sglang(cfg)
+    if t.use_packed_samples is None:  # auto (verl.config.training): packed on a GPU, padded elsewhere
+        t.use_packed_samples = _on_gpu(cfg) and cfg.distributed.backend != "ray"
+        t.packed_by_default = t.use_packed_samples  # the workers run padded where the model cannot pack
     if cfg.critic.share_actor and cfg.distributed.backend == "ray":
         raise ConfigError("critic.share_actor: not supported with distributed.backend: ray; "
                           "use a separate critic there (critic.share_actor: false)")

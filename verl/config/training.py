@@ -17,7 +17,10 @@ class TrainingConfig(Section):
     mini_batch_size: Optional[int] = key(None, ge=1)  # sequences per optimizer step; None = whole batch
     micro_batch_size: int = key(4, ge=1, resume_safe=True)  # sequences per forward/backward
     max_tokens_per_micro_batch: Optional[int] = key(None, ge=1, resume_safe=True)  # token-budget micro-batching
-    use_packed_samples: bool = key(False, resume_safe=True)
+    # Padding-free micro-batches (verl.workers.packing). None = auto: packed on a CUDA device (the
+    # single-process backend), padded on the CPU and under Ray; a model that cannot be packed then
+    # runs padded, with one log line. true asks for packing and fails when the model cannot.
+    use_packed_samples: Optional[bool] = key(None, resume_safe=True)
     grad_clip: float = key(1.0, ge=0)
     lr: float = key(1e-5, gt=0)
     critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr

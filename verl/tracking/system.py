@@ -82,12 +82,17 @@ class GpuUtilSampler:
 
     One NVML reading at log time is biased low (the GPU idles while the trainer logs);
     the mean of readings taken every `interval_s` through the step is what nvidia-smi
-    users expect to see. `read` is injectable for tests.
+    users expect to see. `read` is injectable for tests. With `read_memory` (bytes in use on
+    the device, or None) and `on_memory`, each poll also hands a memory reading to `on_memory`
+    (the trainer's StageMemory.observe_device: per-stage peaks of device memory).
     """
 
-    def __init__(self, interval_s: float = 0.5, read: Optional[Callable[[], Optional[float]]] = None):
+    def __init__(self, interval_s: float = 0.5, read: Optional[Callable[[], Optional[float]]] = None,
+                 read_memory: Optional[Callable[[], Optional[int]]] = None,
+                 on_memory: Optional[Callable[[int], None]] = None):
         self.interval_s = interval_s
         self.read = read or gpu_utilization
+        self.read_memory, self.on_memory = read_memory, on_memory
         self._values: list[float] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -105,6 +110,10 @@ class GpuUtilSampler:
             if value is not None:
                 with self._lock:
                     self._values.append(value)
+            if self.read_memory is not None and self.on_memory is not None:
+                used = self.read_memory()
+                if used is not None:
+                    self.on_memory(used)
             self._stop.wait(self.interval_s)
 
     def mean_and_reset(self) -> Optional[float]:
@@ -119,13 +128,16 @@ class GpuUtilSampler:
             self._thread = None
 
 
-def system_metrics(device=None, util_sampler: Optional[GpuUtilSampler] = None) -> dict[str, float]:
+def system_metrics(device=None, util_sampler: Optional[GpuUtilSampler] = None,
+                   step_peak_bytes: Optional[int] = None) -> dict[str, float]:
     """Memory and utilisation now, under the canonical `system/*` names.
 
     system/cpu_memory_gb     resident memory of this process (GiB, psutil)
     system/gpu_memory_gb     device memory in use, all processes, as nvidia-smi shows it (GiB)
     system/gpu_memory_frac   the same as a fraction of the device's memory (seed: keep 0.70-0.85)
-    system/gpu_memory_peak_gb  peak memory torch allocated in this process since the last reset
+    system/gpu_memory_peak_gb  peak memory torch allocated in this process: since the last reset of
+                             torch's peak counter, or over the step where `step_peak_bytes` (the
+                             trainer's per-stage peaks, which reset that counter) is larger
     system/gpu_utilization   percent; averaged by `util_sampler` when given, else one NVML reading;
                              left out without pynvml
 
@@ -147,7 +159,7 @@ def system_metrics(device=None, util_sampler: Optional[GpuUtilSampler] = None) -
         free, total = torch.cuda.mem_get_info(device)
         out["system/gpu_memory_gb"] = (total - free) / GIB
         out["system/gpu_memory_frac"] = (total - free) / total
-        out["system/gpu_memory_peak_gb"] = torch.cuda.max_memory_allocated(device) / GIB
+        out["system/gpu_memory_peak_gb"] = max(torch.cuda.max_memory_allocated(device), step_peak_bytes or 0) / GIB
         util = util_sampler.mean_and_reset() if util_sampler is not None else None
         if util is None:
             util = gpu_utilization(device)

@@ -50,7 +50,8 @@ class RunHooks:
         self.finished = False  # set by finish(); Trainer.train() stops on it
         self.util = None
         if trainer.device.type == "cuda":
-            self.util = GpuUtilSampler().start()
+            memory = trainer.timer.memory  # per-stage device-memory peaks from the sampler's readings
+            self.util = GpuUtilSampler(read_memory=memory.counters.device_used, on_memory=memory.observe_device).start()
         self.n_params = sum(p.numel() for p in trainer.actor.model.parameters())
         self.peak_flops = None
         if trainer.device.type == "cuda":
@@ -158,7 +159,7 @@ class RunHooks:
                 metrics.update(self.validator.run(step))
             except Interrupted:
                 pass  # a stop cut the validation short; the step itself is complete and is saved below
-        metrics.update(system_metrics(t.device, self.util))
+        metrics.update(system_metrics(t.device, self.util, t.timer.memory.step_peak() if t.timer.memory else None))
         if self.peak_flops and "timing_s/update_actor" in metrics:
             # Actor update MFU: 6 N FLOPs per token (forward + backward) over every epoch.
             tokens = int(metrics["perf/total_tokens"]) * t.config.training.num_epochs

@@ -33,6 +33,7 @@ from verl.trainer.counters import RunCounters
 from verl.trainer.experience import add_advantages, policy_kl
 from verl.trainer.experience_source import build_experience_source
 from verl.trainer.inputs import attach_inputs
+from verl.trainer.stage_memory import CudaCounters, StageMemory
 from verl.trainer.timer import StageTimer, stage
 
 
@@ -68,7 +69,7 @@ class Trainer:
         self.reward, self.rollout = roles.reward, roles.rollout
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         self.experience = build_experience_source(self)  # now, or a producer thread ahead (async_training)
-        self.timer = StageTimer()
+        self.timer = StageTimer(StageMemory(CudaCounters(self.device)) if self.device.type == "cuda" else None)
         self.counters = RunCounters()
         self._parts: dict = {}  # the current step's metrics, by stage
         # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).

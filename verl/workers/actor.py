@@ -38,7 +38,7 @@ from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import OptimizerOffload
 from verl.workers.optim import TrainingState, build_optimizer, build_scheduler
-from verl.workers.packing import causal_lm_trunk, prepare_packing
+from verl.workers.packing import causal_lm_trunk
 from verl.workers.param_copy import ParamCopy
 from verl.workers.update_loop import MicroLoss, UpdateResult, run_update
 
@@ -68,7 +68,7 @@ class Actor(TrainingState):
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.to(device)
         t = training_cfg
-        self.packing_mode = prepare_packing(causal_lm_trunk(self.model)) if micro.packed else None
+        self.packing_mode, self.micro = micro.with_packing(causal_lm_trunk(self.model), "actor")
         # model.mixed_precision: param_copy -- forwards and backwards run on a model.dtype copy
         # of the float32 master weights (verl.workers.param_copy); the optimizer keeps the master.
         use_copy = (self.param_copy_supported and model_cfg.mixed_precision == "param_copy" and not lora

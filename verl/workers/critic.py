@@ -21,7 +21,7 @@ from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import IdleOffload
 from verl.workers.optim import TrainingState, build_optimizer, build_scheduler
-from verl.workers.packing import packed_forward, prepare_packing
+from verl.workers.packing import packed_forward
 from verl.workers.update_loop import MicroLoss, run_update
 
 
@@ -89,7 +89,7 @@ class Critic(TrainingState):
         if model_cfg.enable_gradient_checkpointing:
             self.model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         t = training_cfg
-        self.packing_mode = prepare_packing(self.model.trunk) if micro.packed else None
+        self.packing_mode, self.micro = micro.with_packing(self.model.trunk, "critic")
         self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, t.weight_decay, device)
         self.scheduler = build_scheduler(self.optimizer, t)
         self.generator = torch.Generator().manual_seed(seed + 1)

@@ -16,7 +16,7 @@ import torch
 
 from verl.batch import Batch
 from verl.workers.optim import autocast_context
-from verl.workers.packing import pack_batch
+from verl.workers.packing import PackingUnsupported, pack_batch, prepare_packing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +29,27 @@ class MicroBatching:
     size: int
     max_tokens: Optional[int] = None
     packed: bool = False
+    packed_by_default: bool = False  # packing chosen by training.use_packed_samples: auto, not asked for
 
     @classmethod
     def from_training(cls, training_cfg) -> "MicroBatching":
         t = training_cfg
-        return cls(t.micro_batch_size, t.max_tokens_per_micro_batch, t.use_packed_samples)
+        return cls(t.micro_batch_size, t.max_tokens_per_micro_batch, bool(t.use_packed_samples),
+                   bool(getattr(t, "packed_by_default", False)))
+
+    def with_packing(self, trunk: torch.nn.Module, role: str) -> tuple[Optional[str], "MicroBatching"]:
+        """(packing method or None, the micro-batching `role` runs) for the model `trunk`:
+        `prepare_packing`'s method when packed; where packing was only the default and the model
+        cannot be packed, padded micro-batches and one log line (asked for, the error stands)."""
+        if not self.packed:
+            return None, self
+        try:
+            return prepare_packing(trunk), self
+        except PackingUnsupported as exc:
+            if not self.packed_by_default:
+                raise
+            print(f"verl: {role} runs padded micro-batches: {exc}", flush=True)
+            return None, dataclasses.replace(self, packed=False)
 
     def split(self, batch: Batch) -> list[Batch]:
         return make_micro_batches(batch, self.size, self.max_tokens, self.packed)

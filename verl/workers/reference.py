@@ -21,7 +21,7 @@ from verl.workers.logprobs import response_log_probs
 from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import IdleOffload
-from verl.workers.packing import causal_lm_trunk, prepare_packing
+from verl.workers.packing import causal_lm_trunk
 from verl.workers.param_copy import cast_module_copy
 
 
@@ -50,7 +50,7 @@ class Reference:
             self.model = frozen_copy(actor_model, torch.device("cpu") if offload else device, self.compute_dtype)
         self.temperature = temperature
         self.fused = model_cfg.torch_compile
-        self.packing_mode = prepare_packing(causal_lm_trunk(self.model)) if micro.packed else None
+        self.packing_mode, self.micro = micro.with_packing(causal_lm_trunk(self.model), "reference")
         self.offload = IdleOffload(self.model, device, offload)
         self.compiled = CompiledLayers(self.model, model_cfg.torch_compile)
         self.budget = TokenBudget.maybe(

@@ -1,0 +1,179 @@
+"""Per-stage peak memory (verl/trainer/stage_memory.py) through the stage timer, with a stand-in
+for CUDA's allocator counters: the figures below are derived by hand from the allocations each
+stage makes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from verl.trainer.stage_memory import GIB, StageMemory
+from verl.trainer.timer import StageTimer
+from verl.tracking import GpuUtilSampler
+
+
+class FakeCounters:
+    """torch.cuda's allocator statistics in GiB units: `allocated` now, `peak` since the last reset
+    (a reset sets the peak to what is allocated, as torch.cuda.reset_peak_memory_stats does)."""
+
+    def __init__(self, active=True):
+        self.is_active, self.allocated, self._peak, self.used = active, 0, 0, None
+
+    def alloc(self, gib):
+        self.allocated += gib * GIB
+        self._peak = max(self._peak, self.allocated)
+
+    def free(self, gib):
+        self.allocated -= gib * GIB
+
+    def active(self):
+        return self.is_active
+
+    def peak(self):
+        return self._peak
+
+    def reset_peak(self):
+        self._peak = self.allocated
+
+    def device_used(self):
+        return self.used
+
+
+def test_nested_stages_each_keep_their_whole_span_peak():
+    c = FakeCounters()
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+
+    def inner():  # 5 held by the outer stage; inner goes up to 5 + 4 = 9
+        c.alloc(4)
+        c.free(4)
+
+    def outer():  # 5 before the inner stage, 9 inside it, 5 + 2 = 7 after it
+        c.alloc(5)
+        timer("inner", inner)
+        c.alloc(2)
+        c.free(7)
+
+    timer("outer", outer)
+
+    def inner2():  # nothing held outside; up to 3
+        c.alloc(3)
+        c.free(3)
+
+    def outer2():  # 6 before the inner stage (freed before it), 3 inside, 4 after
+        c.alloc(6)
+        c.free(6)
+        timer("inner2", inner2)
+        c.alloc(4)
+        c.free(4)
+
+    timer("outer2", outer2)
+    m = timer.metrics()
+    assert m["memory_gb/inner"] == 9 and m["memory_gb/outer"] == 9  # the outer span includes the inner peak
+    assert m["memory_gb/inner2"] == 3 and m["memory_gb/outer2"] == 6  # 6 came before inner2 started
+    assert m["memory_gb/step"] == 9
+    assert set(m) >= {"timing_s/outer", "timing_s/inner", "timing_s/step"}  # the timing is unchanged
+    timer.reset()
+    assert not any(k.startswith("memory_gb/") for k in timer.metrics())  # a new step starts empty
+
+
+def test_a_stage_called_twice_keeps_its_larger_peak_and_held_memory_counts():
+    c = FakeCounters()
+    c.alloc(10)  # weights held across the step: in every stage's peak
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+    for extra in (2, 5, 1):
+        timer("update", lambda: (c.alloc(extra), c.free(extra)))
+    assert timer.metrics()["memory_gb/update"] == 15  # 10 + 5
+
+
+def test_device_memory_counts_for_every_open_stage_and_not_between_stages():
+    c = FakeCounters()
+    memory = StageMemory(c)
+    timer = StageTimer(memory)
+    timer.reset()
+    c.used = 20 * GIB  # the reading each stage takes at its end
+
+    def inner():
+        memory.observe_device(50 * GIB)  # a sampler reading while both stages are open
+
+    def outer():
+        memory.observe_device(30 * GIB)
+        timer("inner", inner)
+
+    timer("outer", outer)
+    memory.observe_device(99 * GIB)  # between stages: no stage's
+    m = timer.metrics()
+    assert m["memory_gb/device/outer"] == 50 and m["memory_gb/device/inner"] == 50
+    c.used = None  # no NVML: no end-of-stage reading, sampler readings still count
+    timer.reset()
+    timer("rollout", lambda: memory.observe_device(7 * GIB))
+    assert timer.metrics()["memory_gb/device/rollout"] == 7
+
+
+def test_nothing_is_read_off_cuda():
+    c = FakeCounters(active=False)
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+    timer("rollout", lambda: c.alloc(3))
+    assert not any(k.startswith("memory_gb/") for k in timer.metrics())
+    assert not any(k.startswith("memory_gb/") for k in StageTimer().metrics())  # a CPU trainer has none
+
+
+def test_cuda_starting_inside_a_stage_still_counts_that_stage():
+    c = FakeCounters(active=False)
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+
+    def first_cuda_use():
+        c.is_active = True
+        c.alloc(4)
+
+    timer("rollout", first_cuda_use)
+    assert timer.metrics()["memory_gb/rollout"] == 4
+
+
+def test_gpu_sampler_hands_memory_readings_to_the_open_stage():
+    c = FakeCounters()
+    memory = StageMemory(c)
+    timer = StageTimer(memory)
+    timer.reset()
+    sampler = GpuUtilSampler(interval_s=0.001, read=lambda: None, read_memory=lambda: 12 * GIB,
+                             on_memory=memory.observe_device).start()
+    seen = threading.Event()
+
+    def stage_body():
+        deadline = time.time() + 5
+        while time.time() < deadline and not memory.device_peaks.get("rollout"):
+            time.sleep(0.001)
+        seen.set()
+
+    try:
+        timer("rollout", stage_body)
+    finally:
+        sampler.stop()
+    assert seen.is_set() and timer.metrics()["memory_gb/device/rollout"] == pytest.approx(12)
+
+
+@pytest.mark.gpu
+def test_cuda_counters_measure_a_real_allocation():
+    """On a GPU: a stage that allocates 256 MiB beside 64 MiB held reports at least 320 MiB, the one after
+    it (nothing new) about the 64 MiB held, and the device reading (NVML, when installed) at least that."""
+    import torch
+
+    from verl.trainer.stage_memory import CudaCounters
+
+    device = torch.device("cuda")
+    held = torch.empty(64 * 2**20, dtype=torch.uint8, device=device)
+    memory = StageMemory(CudaCounters(device))
+    timer = StageTimer(memory)
+    timer.reset()
+    timer("big", lambda: torch.empty(256 * 2**20, dtype=torch.uint8, device=device).fill_(1))
+    timer("small", lambda: held.add_(1))
+    m = timer.metrics()
+    assert m["memory_gb/big"] >= 320 / 1024 and m["memory_gb/small"] < m["memory_gb/big"] - 200 / 1024, m
+    assert m["memory_gb/small"] >= 64 / 1024 and m["memory_gb/step"] == m["memory_gb/big"]
+    if "memory_gb/device/big" in m:
+        assert m["memory_gb/device/big"] >= m["memory_gb/big"]

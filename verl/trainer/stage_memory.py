@@ -1,0 +1,113 @@
+"""Peak GPU memory per stage of the step, measured beside the stage timer (verl/trainer/timer.py).
+
+    memory_gb/<stage>          the most memory torch's allocator held in this process while the
+                               stage ran, nested stages included (torch.cuda.max_memory_allocated,
+                               its peak counter reset at every stage boundary)
+    memory_gb/step             the largest of these: the step's peak
+    memory_gb/device/<stage>   device memory in use by all processes (NVML, what nvidia-smi shows),
+                               the largest reading while the stage ran: one at its end, and the GPU
+                               sampler's (every 0.5 s, verl/tracking/system.py) in between. An engine
+                               in another process (SGLang's scheduler) counts here, not above; so
+                               does vLLM's memory pool under sleep mode (its own allocator)
+
+Nested stages: entering one folds the parent's peak so far into the parent and resets the counter;
+leaving it folds its own peak into the parent and resets again, so each figure covers its stage's
+whole span. Read only for a CUDA device once CUDA is initialised (a CPU run reads nothing), and in
+the thread the timer times (the asynchronous producer's generation overlaps the trainer's stages:
+its allocations land in whichever stage runs then).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import torch
+
+GIB = 1024**3
+
+
+class CudaCounters:
+    """The counters StageMemory reads, for one CUDA device (tests pass a stand-in)."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def active(self) -> bool:
+        return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def device_used(self) -> Optional[int]:
+        """Bytes in use on the device by all processes; None without NVML (pynvml): left out."""
+        try:
+            return int(torch.cuda.device_memory_used(self.device))
+        except Exception:
+            return None
+
+
+class StageMemory:
+    def __init__(self, counters=None):
+        self.counters = counters
+        self.peaks: dict[str, int] = {}  # bytes, per stage
+        self.device_peaks: dict[str, int] = {}
+        self._open: list[list] = []  # [stage, its peak so far (None: not measured)], outermost first
+        self._lock = threading.Lock()  # the sampler thread reads the open stages
+
+    def _active(self) -> bool:
+        return self.counters is not None and self.counters.active()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.peaks, self.device_peaks, self._open = {}, {}, []
+
+    def enter(self, stage: str) -> None:
+        running = None
+        if self._active():
+            if self._open and self._open[-1][1] is not None:
+                self._open[-1][1] = max(self._open[-1][1], self.counters.peak())
+            self.counters.reset_peak()
+            running = 0
+        with self._lock:
+            self._open.append([stage, running])
+
+    def exit(self) -> None:
+        with self._lock:
+            stage, running = self._open.pop()
+        if not self._active():
+            return
+        peak = max(running or 0, self.counters.peak())  # CUDA may have started inside the stage
+        self.peaks[stage] = max(self.peaks.get(stage, 0), peak)
+        if self._open:
+            self._open[-1][1] = max(self._open[-1][1] or 0, peak)
+        self.counters.reset_peak()
+        used = self.counters.device_used()
+        if used is not None:
+            self._observe([stage] + [s for s, _ in self._open], used)
+
+    def observe_device(self, used: int) -> None:
+        """A device-memory reading from another thread (the GPU sampler): it counts for every
+        stage open now; between stages it counts for none."""
+        with self._lock:
+            names = [s for s, _ in self._open]
+        self._observe(names, used)
+
+    def _observe(self, names: list, used: int) -> None:
+        with self._lock:
+            for name in names:
+                self.device_peaks[name] = max(self.device_peaks.get(name, 0), used)
+
+    def step_peak(self) -> Optional[int]:
+        return max(self.peaks.values()) if self.peaks else None
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"memory_gb/{k}": v / GIB for k, v in self.peaks.items()}
+        if self.peaks:
+            out["memory_gb/step"] = self.step_peak() / GIB
+        with self._lock:
+            out.update({f"memory_gb/device/{k}": v / GIB for k, v in self.device_peaks.items()})
+        return out
