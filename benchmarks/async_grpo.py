@@ -6,14 +6,23 @@ per segment) next to the synchronous loop; and, with
     python benchmarks/async_grpo.py --device cpu --threads 1 --steps 6            # tiny GPT-2, seconds a step
     python benchmarks/async_grpo.py --device cuda --model MODEL --engine vllm --prompts 32 --group 8 \\
         --max-new-tokens 1024 --steps 8                                            # the H200 run of issue 21
+    python benchmarks/async_grpo.py --device cuda --model random:smollm2 --engine vllm --prompts 32 --group 8 \
+        --lengths tail:128 --steps 8 --systems sync async-k1 async-k1-stream async-k2-stream   # drawn lengths
     python benchmarks/async_grpo.py --device cuda --recipe examples/arithmetic_grpo.yaml --minutes 4 \\
         --engine vllm --systems sync async-k1                                      # accuracy at equal wall-clock
 
-Response lengths: sampled with a stop string (one sentence) under a large max_new_tokens, so they
-vary widely; the table gives their median and maximum per system. Each system is a fresh trainer
+Response lengths: `--lengths sampled` (the default): a stop string (one sentence) under a large
+max_new_tokens, so they vary widely, but each system draws its own (on 2026-12-01 the synchronous run's
+longest was 389 tokens, the asynchronous runs' 1024: not the same work). `--lengths tail:M` (vLLM): each
+prompt's length is drawn from its token ids (`drawn_length`: median M, 1 prompt in 16 at 8 M), with
+ignore_eos, so every system generates exactly the same tokens' worth; the table gives the median and
+maximum per system either way. Systems -stream run async_training.streaming (the next batches' requests
+in the engine while the current one's tail decodes; columns prefetched = share of timed batches submitted
+ahead, switched = samples per batch that spanned a weight sync). Each system is a fresh trainer
 with the same seed, in a process of its own (vLLM and SGLang keep one engine per process), timed
 over `--steps` after `--warmup` steps (the wall time between step returns: for async this includes
-waiting for the producer). The asynchronous systems generate with an engine of their own (the HF
+waiting for the producer); step_s is the mean and tokens_per_s the total over those steps (an
+asynchronous run's steps are uneven; step_s_median is also given). The asynchronous systems generate with an engine of their own (the HF
 weight copy, or vLLM / SGLang), the synchronous one with its default.
 
 GPU busy: the share of 0.1 s samples of `torch.cuda.utilization()` (NVML's "a kernel ran in the last
@@ -39,26 +48,79 @@ import time
 
 import common
 
-SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial")  # -partial: async_training.partial_rollout
+# -partial: async_training.partial_rollout; -stream: async_training.streaming (vLLM)
+SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial", "async-k1-stream", "async-k2-stream")
 RESULT_TAG = "ASYNC_RESULT "
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:
     if system == "sync":
         return {}
-    k, _, partial = system[len("async-k"):].partition("-")
+    k, _, mode = system[len("async-k"):].partition("-")
     o = {"async_training.enable": "true", "async_training.max_staleness": int(k)}
-    if partial:  # generation in segments, an update published meanwhile used for the rest
+    if mode == "partial":  # generation in segments, an update published meanwhile used for the rest
         o.update({"async_training.partial_rollout": "true", "async_training.segment_tokens": args.segment_tokens})
+    elif mode == "stream":  # the next batches' requests in the engine while this one's tail decodes
+        o["async_training.streaming"] = "true"
     if engine == "hf":  # the HF engine generates with the actor's module unless it has a copy of its own
         o["rollout.hf_weight_copy"] = "true"
     return o
 
 
+def tail_median(args):
+    """--lengths tail:M -> M (None for --lengths sampled)."""
+    return int(args.lengths.split(":", 1)[1]) if args.lengths.startswith("tail:") else None
+
+
+def drawn_length(prompt_ids, median: int) -> int:
+    """The response length of every sample of one prompt under --lengths tail:MEDIAN: 1 prompt in 16
+    gets 8 x MEDIAN tokens, the others uniform in [MEDIAN / 2, 3 MEDIAN / 2] (so the median is MEDIAN and
+    the longest 8x it, and a batch of 32 prompts has a long one with probability 1 - (15/16)^32 = 0.87).
+    Drawn from the prompt's own token ids (crc32, not Python's salted hash): every system, in every
+    process, gives a prompt the same length."""
+    import random
+    import zlib
+
+    rng = random.Random(zlib.crc32(b",".join(str(t).encode() for t in prompt_ids)))
+    if rng.random() < 1 / 16:
+        return 8 * median
+    return rng.randint(median // 2, (3 * median) // 2)
+
+
+def impose_lengths(trainer, median: int) -> None:
+    """Every request of the trainer's vLLM engine generates exactly its drawn length (ignore_eos and a
+    per-request max_tokens): the work is then the same for every system, whatever the weights say."""
+    from verl.rollout.vllm_rollout import VLLMRollout
+
+    engine = trainer.rollout
+    for _ in range(4):  # through the async lock and the streaming driver to the engine itself
+        if isinstance(engine, VLLMRollout):
+            break
+        engine = vars(engine).get("_engine") or vars(engine).get("engine")
+    if not isinstance(engine, VLLMRollout):
+        raise SystemExit("--lengths tail:M needs --engine vllm")
+    engine.extra_sampling_kwargs = {**engine.extra_sampling_kwargs, "ignore_eos": True}
+    build = engine.build_requests
+
+    def build_with_lengths(prompts, sampling):
+        requests, params = build(prompts, sampling)
+        drawn = []
+        for request, p in zip(requests, params):
+            q = p.clone()
+            q.max_tokens = drawn_length(request["prompt_token_ids"], median)
+            drawn.append(q)
+        return requests, drawn
+
+    engine.build_requests = build_with_lengths
+
+
 def _overrides(args, system: str, out: str) -> list[str]:
-    o = {"model.name": args.model, "rollout.name": args.engine, "device": args.device, "algorithm.name": "grpo",
+    median = tail_median(args)
+    model = common.resolve_model(args.model) if args.model.startswith("random:") else args.model
+    o = {"model.name": model, "rollout.name": args.engine, "device": args.device, "algorithm.name": "grpo",
          "rollout.n": args.group, "training.batch_size": args.prompts, "training.total_steps": args.warmup + args.steps,
-         "rollout.max_new_tokens": args.max_new_tokens, "rollout.stop": "['.']", "training.lr": 1e-5,
+         "rollout.max_new_tokens": 8 * median if median else args.max_new_tokens,
+         "rollout.stop": "[]" if median else "['.']", "training.lr": 1e-5,
          "logging.backends": "[jsonl]", "logging.progress_bar": "false", "checkpoint.save_dir": out,
          "data.baseline_prompt": "null", "training.micro_batch_size": args.prompts * args.group}
     o.update(_async_overrides(args, system, args.engine))
@@ -106,8 +168,10 @@ def run_system(args, system: str) -> dict:
 
     cfg = load_config(None, _overrides(args, system, tempfile.mkdtemp(prefix=f"async-bench-{system}-")))
     trainer = create_trainer(cfg)
+    if tail_median(args):
+        impose_lengths(trainer, tail_median(args))
     busy = GpuBusy(args.device)
-    seconds, tokens, lengths = [], [], []
+    seconds, tokens, lengths, stream = [], [], [], []
     m: dict = {}
     try:
         last = time.perf_counter()
@@ -120,15 +184,26 @@ def run_system(args, system: str) -> dict:
                 tokens.append(m["perf/total_tokens"])
                 b = trainer._last_batch
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
+                stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
             last = now
     finally:
         busy.close()
         trainer.hooks.close()
-    step_s = statistics.median(seconds)
-    return {"system": system, "step_s": round(step_s, 3), "tokens_per_s": round(statistics.median(tokens) / step_s),
+    # Totals over the timed steps, not medians: an asynchronous run's steps are uneven (a batch already
+    # waiting is handed over at once, the next one not), and only the total says what a run gets done.
+    step_s = sum(seconds) / len(seconds)
+    return {"system": system, "step_s": round(step_s, 3), "step_s_median": round(statistics.median(seconds), 3),
+            "tokens_per_s": round(sum(tokens) / sum(seconds)),
             "gpu_busy": busy.mean(), "gpu_busy_note": busy.why,
             "resp_len_median": statistics.median(lengths), "resp_len_max": max(lengths),
-            "staleness_max": m.get("async/staleness_max", 0.0)}
+            "staleness_max": m.get("async/staleness_max", 0.0),
+            # streaming: the share of timed batches submitted ahead, and samples per batch that spanned a sync
+            "prefetched": _mean(p for p, _ in stream), "switched": _mean(w for _, w in stream)}
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.mean(values), 3) if values else None
 
 
 def run_recipe(args, system: str) -> dict:
@@ -196,11 +271,18 @@ def parse(argv=None):
     ap.add_argument("--recipe", default=None, help="a config file: compare held-out accuracy at equal wall-clock")
     ap.add_argument("--minutes", type=float, default=4.0, help="--recipe: wall-clock minutes per system")
     ap.add_argument("--segment-tokens", type=int, default=128, help="async-k1-partial: async_training.segment_tokens")
+    ap.add_argument("--lengths", default="sampled",
+                    help="sampled: responses stop at the first '.' under --max-new-tokens (their lengths are the "
+                         "model's); tail:M (vLLM): drawn per prompt, the same for every system, median M and the "
+                         "longest 8 M (see drawn_length)")
     ap.add_argument("--keep", default=None, help="--recipe: copy each system's metrics, config and samples to "
                                                  "KEEP/SYSTEM and plot them together in KEEP/dashboard.png")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
     ap.add_argument("--worker", default=None, help=argparse_suppress())
     args = ap.parse_args(argv)
+    if args.lengths != "sampled" and not (args.lengths.startswith("tail:") and args.lengths[5:].isdigit()
+                                          and int(args.lengths[5:]) >= 2):
+        ap.error(f"--lengths {args.lengths}: expected sampled or tail:M with M >= 2 tokens")
     if args.engine is None and not args.recipe:
         args.engine = "hf"
     return args
@@ -229,13 +311,16 @@ def report(args, argv: list, rows: list, final: bool) -> None:
         for r in rows:
             if base and "tokens_per_s" in r:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
-        cols = ["system", "step_s", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
-                "staleness_max", "error"]
+        cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
+                "staleness_max", "prefetched", "switched", "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")
-        notes = (f"GRPO, {args.model} on {args.engine}, {args.prompts} prompts x {args.group} samples, up to "
-                 f"{args.max_new_tokens} new tokens (stop at '.'), median of {args.steps} steps after {args.warmup} "
+        median = tail_median(args)
+        work = (f"response lengths drawn per prompt (median {median}, 1 prompt in 16 at {8 * median}; ignore_eos)"
+                if median else f"up to {args.max_new_tokens} new tokens (stop at '.')")
+        notes = (f"GRPO, {args.model} on {args.engine}, {args.prompts} prompts x {args.group} samples, {work}, "
+                 f"step_s = mean and tokens_per_s = total over {args.steps} steps after {args.warmup} "
                  f"warm-up, one process per system; gpu_busy = mean of torch.cuda.utilization() / 100 sampled "
                  f"every 0.1 s over the timed steps" + (f" (not measured: {why})" if why else "") + ".")
     cols = [c for c in cols if c == "system" or any(r.get(c) is not None for r in rows)]

@@ -45,6 +45,9 @@
 #   async-bench benchmarks/async_grpo.py on vLLM, SmolLM2-135M-Instruct (fetched first by agent-demo or
 #               sgl-learn), 32 prompts x 8, up to 1024 tokens stopped at '.', with the GPU busy fraction;
 #               ASYNC_SYSTEMS (default: sync async-k1 async-k2; add async-k1-partial, ~100 s more)
+#   async-tail  benchmarks/async_grpo.py on vLLM with drawn lengths (--lengths tail:ASYNC_TAIL_MEDIAN, default 128:
+#               1 prompt in 16 at 8x; random SmolLM2-135M weights, no fetch), 32 prompts x 8, ASYNC_TAIL_STEPS (6)
+#               after 1 warm-up; ASYNC_TAIL_SYSTEMS (default: sync async-k1 async-k1-stream async-k2-stream)
 #   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
 #               ASYNC_ENGINE (vllm, or sglang: its sync run is then also #22's learning recipe on SGLang)
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
@@ -306,6 +309,11 @@ print(info)" ;;
         async-bench) stage async-bench 330 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \
                    --engine vllm --prompts 32 --group 8 --max-new-tokens 1024 --steps 6 --warmup 1 --timeout 200 \
                    --systems ${ASYNC_SYSTEMS:-sync async-k1 async-k2} --out "$W/async_grpo_vllm.json" ;;
+        async-tail) stage async-tail ${ASYNC_TAIL_NEED:-450} $PY benchmarks/async_grpo.py --device cuda --model random:smollm2 \
+                   --engine vllm --prompts 32 --group 8 --lengths tail:${ASYNC_TAIL_MEDIAN:-128} \
+                   --steps ${ASYNC_TAIL_STEPS:-6} --warmup 1 --timeout 200 \
+                   --systems ${ASYNC_TAIL_SYSTEMS:-sync async-k1 async-k1-stream async-k2-stream} \
+                   --out "$W/async_grpo_tail.json" ;;
         async-recipe) stage fetch 60 fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
                    stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \

@@ -141,3 +141,123 @@ def test_a_hung_rollout_times_out(tmp_path, tiny_gpt2):
         trainer.step()
     assert time.monotonic() - start < 20
     trainer.experience.stop.set()
+
+
+# ---------------------------------------------------------------------------
+# Streaming (async_training.streaming: verl/trainer/streaming_experience.py), on vLLM's CPU build
+# ---------------------------------------------------------------------------
+
+def _vllm(tiny_qwen2, **extra):
+    return {"model.name": tiny_qwen2, "rollout.name": "vllm", "rollout.kv_cache_gb": 0.25, **extra}
+
+
+STREAM = {"async_training.enable": "true", "async_training.streaming": "true"}
+
+
+def _run_recording(tmp_path, name, steps, **extra):
+    """_run, also recording each trained batch's responses and prompts."""
+    cfg = load_config(None, small_overrides(tmp_path / name, **{**BASE, "training.total_steps": steps, **extra}))
+    trainer = create_trainer(cfg)
+    rows = []
+    try:
+        for _ in range(steps):
+            m = trainer.step()
+            b = trainer._last_batch
+            rows.append({"m": m, "responses": b.responses[b.response_mask.bool()].tolist(), "prompts": b.prompt_text,
+                         "first": [e.get("policy_version") for e in b.extra],
+                         "last": [e.get("policy_version_last") for e in b.extra], "step": trainer.global_step - 1})
+        params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    finally:
+        trainer.hooks.close()
+    return rows, params
+
+
+def test_streaming_at_staleness_zero_is_the_synchronous_vllm_trainer(tmp_path, tiny_qwen2):
+    """k = 0: nothing is submitted ahead, each batch is one submit and collect on the current weights.
+    The engine runs the same requests with the same seeds; only its prefix cache is off (the n samples
+    of a prompt each prefill it instead of sharing its blocks): the same tokens, and the same training
+    up to float32 rounding of that one difference (params within 1e-6)."""
+    sync, sync_p = _run_recording(tmp_path, "sync", 3, **_vllm(tiny_qwen2))
+    stream, stream_p = _run_recording(tmp_path, "stream", 3, **_vllm(tiny_qwen2, **STREAM,
+                                                                     **{"async_training.max_staleness": 0}))
+    for s, a in zip(sync, stream):
+        assert s["responses"] == a["responses"]
+        for key in KEYS:
+            assert a["m"][key] == pytest.approx(s["m"][key], rel=1e-4, abs=1e-6), key
+        assert a["first"] == a["last"] == [a["step"]] * len(a["first"])  # every sample from the current weights
+        assert a["m"]["async/stream_prefetched"] == 0 and a["m"]["async/staleness_max"] == 0
+    for name, value in sync_p.items():
+        assert torch.allclose(value, stream_p[name], atol=1e-6), name
+
+
+def test_streaming_submits_ahead_within_the_bound_and_tags_versions(tmp_path, tiny_qwen2):
+    rows, _ = _run_recording(tmp_path, "k1", 5, **_vllm(tiny_qwen2, **STREAM, **{"async_training.max_staleness": 1}))
+    for r in rows:
+        first, last, step = r["first"], r["last"], r["step"]
+        assert all(step - 1 <= f <= step for f in first), (step, first)  # at most one update old
+        assert all(f <= v <= step for f, v in zip(first, last)), (step, first, last)  # a sync only moves forward
+        assert r["m"]["async/staleness_max"] == float(step - min(first))
+        assert r["m"]["async/stream_switched_samples"] == float(sum(f != v for f, v in zip(first, last)))
+        assert r["m"]["async/dropped_samples"] == 0
+        for key in KEYS:
+            assert torch.isfinite(torch.tensor(float(r["m"][key]))), key
+    # batch i + 1 enters the engine while batch i generates (after update i - 1): from step 1 on, some
+    # batch must have been submitted ahead
+    assert any(r["m"]["async/stream_prefetched"] == 1 for r in rows[1:]), [r["m"]["async/stream_prefetched"]
+                                                                           for r in rows]
+
+
+def test_streaming_resume_trains_the_prompts_not_yet_trained(tmp_path, tiny_qwen2):
+    """The checkpoint at step 2 is written while batch 3 (or 2 and 3) were drawn ahead: the resume
+    starts from the loader position before the first batch not trained, so steps 3-4 train the same
+    prompts as the run that went straight through."""
+    extra = _vllm(tiny_qwen2, **STREAM, **{"async_training.max_staleness": 1, "checkpoint.save_full_every": 2})
+    whole, _ = _run_recording(tmp_path, "whole", 4, **extra)
+    _run_recording(tmp_path, "parts", 2, **extra)
+    cfg = load_config(None, small_overrides(tmp_path / "parts", **{**BASE, "training.total_steps": 4, **extra,
+                                                                    "checkpoint.resume": "auto"}))
+    trainer = create_trainer(cfg)
+    assert trainer.global_step == 2
+    resumed = []
+    try:
+        for _ in range(2):
+            trainer.step()
+            resumed.append(trainer._last_batch.prompt_text)
+    finally:
+        trainer.hooks.close()
+    assert resumed == [whole[2]["prompts"], whole[3]["prompts"]]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"async_training.streaming": "true"}, "async_training.streaming: is a mode of asynchronous training"),
+    ({**STREAM, "rollout.hf_weight_copy": "true"}, "drives the in-process vLLM engine; rollout.name is 'hf'"),
+    ({**STREAM, "rollout.name": "vllm", "async_training.partial_rollout": "true"}, "partial_rollout: false"),
+    ({**STREAM, "rollout.name": "vllm", "algorithm.dynamic_sampling.enable": "true"}, "dynamic_sampling"),
+])
+def test_streaming_refuses_what_it_cannot_serve(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, small_overrides(tmp_path, **extra))
+
+
+def test_a_failing_streaming_rollout_stops_the_run_with_its_error(tmp_path, tiny_qwen2, monkeypatch):
+    from verl.rollout import vllm_stream
+
+    cfg = load_config(None, small_overrides(tmp_path, **{**BASE, **_vllm(tiny_qwen2, **STREAM)}))
+    trainer = create_trainer(cfg)
+    real = vllm_stream.VLLMStream.collect
+    calls = {"n": 0}
+
+    def flaky(self, ticket, between_steps=None, timeout_s=3600.0):  # the producer's second batch fails
+        if threading.current_thread().name == "verl-async-rollout":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError("the engine died")
+        return real(self, ticket, between_steps, timeout_s)
+
+    monkeypatch.setattr(vllm_stream.VLLMStream, "collect", flaky)
+    try:
+        trainer.step()
+        with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
+            trainer.step()
+    finally:
+        trainer.hooks.close()

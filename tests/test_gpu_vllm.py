@@ -325,6 +325,45 @@ def test_wake_up_after_an_update_left_memory_reserved_in_pytorch(engine, tok):
     check_wake_after_memory_left_reserved(engine, tok)
 
 
+def test_streaming_batches_share_the_engine_and_a_sync_lands_between_steps(engine, hf_model, tok):
+    """verl/rollout/vllm_stream.py on the CUDA engine (vLLM 0.26's LLMEngine.add_request / step):
+    two batches in flight, each handed back whole and equal to its own generation (greedy, up to a
+    near tie: the two share kernels' batches here); then a sync before step 5 of a generation: its
+    first 4 tokens were drawn by the old weights (their log-probs the old model's, within LP_TOL),
+    the rest by the new ones (far from the old model's), and the versions are recorded 0 -> 1."""
+    from verl.rollout.vllm_stream import VLLMStream
+
+    stream = VLLMStream(engine)
+    prompts, forward = prompt_batch(tok), model_forward(hf_model)
+    short, long = SamplingParams(n=2, max_new_tokens=16, greedy=True), SamplingParams(n=1, max_new_tokens=32,
+                                                                                      greedy=True)
+    other = perturbed(hf_model)
+    try:
+        with fixed_length(engine, None, 16):
+            alone_short, alone_long = engine.generate(prompts, short), engine.generate(prompts, long)
+            a, b = stream.submit(prompts, short), stream.submit(prompts, long)
+            out_long = stream.collect(b)
+            assert a.done  # 16-token requests, done within the 32 steps of the other batch
+            out_short = stream.collect(a)
+            assert_greedy_agree(forward, out_short, alone_short, LP_TOL, FORWARD_TOL)
+            assert_greedy_agree(forward, out_long, alone_long, LP_TOL, FORWARD_TOL)
+            calls = {"n": 0}
+
+            def hook():
+                calls["n"] += 1
+                if calls["n"] == 5:
+                    stream.sync_weights(other, version=1)
+
+            out = stream.collect(stream.submit(prompts, long), between_steps=hook)
+    finally:
+        stream.abort_all()
+        engine.sync_weights(hf_model)
+    diff = (out.rollout_log_probs - actor_log_probs(hf_model, out)).abs()
+    assert diff[:, :4].max() < LP_TOL, diff[:, :4]
+    assert diff[:, 4:].mean() > 0.2, diff[:, 4:].mean()
+    assert [(e["policy_version"], e["policy_version_last"]) for e in out.extra] == [(0, 1)] * len(PROMPTS)
+
+
 # ---------------------------------------------------------------------------
 # The trainer on cuda (child processes)
 # ---------------------------------------------------------------------------
@@ -357,6 +396,16 @@ def test_grpo_three_steps_through_the_cli_with_vllm_on_cuda(tmp_path, llama_path
         assert "the rollout engine stays awake for the updates" in proc.stdout, proc.stdout[-2000:]
 
 
+def _script_rows(script: str, llama_path: str, tmp_path) -> list:
+    """Run a trainer script (argv: model, device, dtype, output folder) in a child process; the rows it
+    prints after "ROWS "."""
+    proc = subprocess.run([sys.executable, "-c", script, llama_path, DEVICE, DTYPE, str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("ROWS ")[-1])
+
+
 STALE_SCRIPT = """
 import json, sys
 from verl import create_trainer
@@ -385,12 +434,52 @@ def test_stale_engine_is_flagged_by_logprob_diff_with_tis_on_cuda(tmp_path, llam
     sync switched off: step 1 samples with the actor's weights, steps 2 and 3 with stale ones after
     the updates, and the trainer's rollout/logprob_diff shows it (TIS weights then move far from 1,
     capped at 2)."""
-    proc = subprocess.run([sys.executable, "-c", STALE_SCRIPT, llama_path, DEVICE, DTYPE, str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.split("ROWS ")[-1])
+    rows = _script_rows(STALE_SCRIPT, llama_path, tmp_path)
     fresh, stale = rows[0]["rollout/logprob_diff"], [r["rollout/logprob_diff"] for r in rows[1:]]
     assert fresh < LP_MEAN_TOL, rows
     assert all(d > 0.2 and d > 4 * fresh for d in stale), rows
     assert all(abs(r["actor/pg_loss"]) < 1e6 and r["reward/mean"] == r["reward/mean"] for r in rows), rows
+
+
+STREAM_SCRIPT = """
+import json, sys
+from verl import create_trainer
+from verl.config import config_from_dict
+path, device, dtype, out = sys.argv[1:5]
+cfg = config_from_dict({
+    "device": device,
+    "model": {"name": path, "dtype": dtype},
+    "algorithm": {"name": "grpo"},
+    "rollout": {"name": "vllm", "n": 4, "max_new_tokens": 32, "tis_cap": 2.0, "enforce_eager": True,
+                "gpu_memory_utilization": 0.2},
+    "training": {"total_steps": 5, "batch_size": 4, "lr": 1e-2},
+    "async_training": {"enable": True, "max_staleness": 1, "streaming": True},
+    "logging": {"backends": [], "progress_bar": False},
+    "checkpoint": {"save_dir": out},
+})
+trainer = create_trainer(cfg)
+rows = []
+for _ in range(5):
+    m = trainer.step()
+    ex = trainer._last_batch.extra
+    rows.append({"step": trainer.global_step - 1, "first": [e["policy_version"] for e in ex],
+                 "last": [e["policy_version_last"] for e in ex],
+                 **{k: float(m[k]) for k in ("rollout/logprob_diff", "actor/pg_loss", "async/staleness_max",
+                                             "async/stream_prefetched", "async/stream_switched_samples")}})
+trainer.hooks.close()
+print("ROWS " + json.dumps(rows))
+"""
+
+
+def test_async_streaming_trains_five_steps_within_the_bound_on_cuda(tmp_path, llama_path):
+    """async_training.streaming with max_staleness 1 on the GPU: batch i + 1 enters the engine while
+    batch i generates; every sample's versions lie within the bound, the trained losses are finite, and
+    a batch generated entirely by the current weights has the engine's log-probs close to the actor's."""
+    rows = _script_rows(STREAM_SCRIPT, llama_path, tmp_path)
+    for r in rows:
+        assert all(r["step"] - 1 <= f <= v <= r["step"] for f, v in zip(r["first"], r["last"])), r
+        assert r["async/staleness_max"] == r["step"] - min(r["first"]) and abs(r["actor/pg_loss"]) < 1e6, r
+        if set(r["first"]) == set(r["last"]) == {r["step"]}:
+            assert r["rollout/logprob_diff"] < LP_MEAN_TOL, r
+    assert any(r["async/stream_prefetched"] == 1 for r in rows[1:]), rows
+

@@ -21,3 +21,9 @@ class AsyncTrainingConfig(Section):
     # no update lands during a generation: one call, as without it); single-turn rollouts only.
     partial_rollout: bool = key(False, resume_safe=True)
     segment_tokens: int = key(256, ge=1, resume_safe=True)
+    # Streaming (vLLM only, verl/rollout/vllm_stream.py): the next batches' requests enter the engine while
+    # the current batch's long tail still decodes (each batch handed over when its own requests are done),
+    # and weight syncs land between engine steps, so requests in flight go on with the newer weights
+    # (extra["policy_version"] / ["policy_version_last"] per sample). Needs max_staleness > 0 to overlap
+    # anything (at 0 batch k+1 waits for update k, as without it). Turns the engine's prefix cache off.
+    streaming: bool = key(False, resume_safe=True)

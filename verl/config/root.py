@@ -176,6 +176,9 @@ def check_cross_sections(cfg: Config) -> None:
         _check_ray(cfg)
     if cfg.async_training.enable:
         _check_async(cfg)
+    elif cfg.async_training.streaming:
+        raise ConfigError("async_training.streaming: is a mode of asynchronous training; set "
+                          "async_training.enable: true (or streaming: false)")
     if ck.save_mode == "lora" and m.lora.rank == 0:
         raise ConfigError("checkpoint.save_mode: 'lora' needs model.lora.rank > 0")
     if ck.save_dir is None:
@@ -209,7 +212,29 @@ def _check_async(cfg: Config) -> None:
     if cfg.async_training.partial_rollout and r.is_multi_turn:
         raise ConfigError("async_training.partial_rollout: not with multi-turn rollouts (rollout.tools / "
                           "rollout.environment) yet: their turns are generated whole; set it to false")
+    if cfg.async_training.streaming:
+        _check_streaming(cfg)
     if cfg.async_training.max_staleness > 0 and r.name == "hf" and not r.hf_weight_copy:
         raise ConfigError("async_training.max_staleness: > 0 generates while the actor trains, so the engine needs "
                           "weights of its own: set rollout.hf_weight_copy: true (or rollout.name: vllm), or "
                           "max_staleness: 0")
+
+
+def _check_streaming(cfg: Config) -> None:
+    """Streaming drives the in-process vLLM engine step by step (verl/rollout/vllm_stream.py) and draws
+    the next batches' prompts ahead of time: what it cannot serve is named here."""
+    r, a = cfg.rollout, cfg.async_training
+    if r.name != "vllm":
+        raise ConfigError(f"async_training.streaming: drives the in-process vLLM engine; rollout.name is "
+                          f"{r.name!r} (set rollout.name: vllm, or streaming: false)")
+    if a.partial_rollout:
+        raise ConfigError("async_training.streaming: already continues generations in flight with newer weights; "
+                          "set async_training.partial_rollout: false")
+    if r.is_multi_turn:
+        raise ConfigError("async_training.streaming: not with multi-turn rollouts (rollout.tools / "
+                          "rollout.environment) yet; set it to false")
+    if cfg.algorithm.dynamic_sampling.enable:
+        raise ConfigError("async_training.streaming: draws the next batches' prompts ahead, so DAPO's extra draws "
+                          "(algorithm.dynamic_sampling) would break the resume order; set one of them to false")
+    if cfg.distributed.rollout == "workers":
+        raise ConfigError("async_training.streaming: drives the driver's engine; set distributed.rollout: driver")

@@ -110,9 +110,12 @@ def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
 
 class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
-                 enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None):
+                 enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
+                 enable_prefix_caching: bool = True):
         """`max_num_seqs`: the engine's batch capacity when rollout.max_num_seqs is unset (None):
-        the trainer passes the sequences of one step (training.batch_size x rollout.n)."""
+        the trainer passes the sequences of one step (training.batch_size x rollout.n).
+        `enable_prefix_caching`: off for streaming generation (async_training.streaming), where requests
+        are always in flight, so the cache, computed with old weights, could never be reset at a sync."""
         vllm = import_vllm()
         self.tokenizer = tokenizer
         self.cfg = rollout_cfg
@@ -124,6 +127,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         self._pending_metrics: dict = {}  # sleep/wake metrics not yet returned by sync_weights
         self._source = None  # the module last synced from (re-synced from after a level-2 sleep)
         self._calls = 0
+        self.prefix_caching = enable_prefix_caching
         # Extra vllm.SamplingParams fields for every request (benchmarks: {"ignore_eos": True}).
         self.extra_sampling_kwargs: dict = {}
         _check_model_config(model_path, self.on_cpu, vllm.ModelRegistry.get_supported_archs())
@@ -143,7 +147,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             tensor_parallel_size=rollout_cfg.tensor_model_parallel_size,
             logprobs_mode="processed_logprobs",
             enforce_eager=enforce_eager,
-            enable_prefix_caching=True,
+            enable_prefix_caching=enable_prefix_caching,
         )
         if rollout_cfg.max_model_len is not None:
             kwargs["max_model_len"] = rollout_cfg.max_model_len
@@ -227,8 +231,15 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         call_start = time.perf_counter()
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         call_end = time.perf_counter()
+        return self.rollout_from_outputs(prompts, sampling, outputs, (start, call_start, call_end))
+
+    def rollout_from_outputs(self, prompts: Batch, sampling: SamplingParams, outputs: list, marks: tuple) -> Batch:
+        """The rollout Batch from vLLM's RequestOutputs, in the order of `build_requests` (prompt-major,
+        samples adjacent); `marks`: the perf_counter times of the generate's start and of the engine
+        call's start and end (the rollout/* split of `metrics()`). Also used by the streaming driver
+        (verl/rollout/vllm_stream.py), which collects the outputs itself."""
         responses, log_probs, finished = [], [], []
-        for out in outputs:  # same order as `requests`: prompt-major, samples adjacent
+        for out in outputs:
             samples = out.outputs
             if any(s.index != j for j, s in enumerate(samples)):
                 samples = sorted(samples, key=lambda o: o.index)
@@ -245,7 +256,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
         batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,
                                  finished=finished)
-        self._record_generate(start, call_start, call_end, parsed, decoder.seconds)
+        self._record_generate(*marks, parsed, decoder.seconds)
         return batch
 
     # -------------------------------------------------------------- weight sync
@@ -267,8 +278,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             if self.on_cpu:  # the CPU backend's packed GEMM handles are rebuilt from the new weights
                 self.llm.collective_rpc(repack_cpu_shared_weights)
-        # Prefix-cache blocks were computed with the old weights: never reuse them.
-        self.llm.reset_prefix_cache()
+        if self.prefix_caching:  # prefix-cache blocks were computed with the old weights: never reuse them
+            self.llm.reset_prefix_cache()
         return sum(t.numel() * t.element_size() for _, t in weights)
 
     # --------------------------------------------------------------- sleep mode

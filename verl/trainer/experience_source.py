@@ -16,6 +16,9 @@ With k = 0 the producer waits for each update, so the run is the synchronous one
 Checkpoints in asynchronous mode do not hold the queued batches: they save the prompt loader's
 position before the first batch not yet trained on, so a resume regenerates those batches (from
 the same prompts and per-step seeds).
+
+With `async_training.streaming` (vLLM) the producer drives the engine step by step and keeps the next
+batches' requests in it while the current one's tail decodes: verl/trainer/streaming_experience.py.
 """
 
 from __future__ import annotations
@@ -125,9 +128,14 @@ class AsyncExperience:
         self.weights_version = self.t.global_step
         self.next_index = self.t.global_step
         self.thread = threading.Thread(target=self._produce, name="verl-async-rollout", daemon=True)
-        if self.partial:
-            self.engine.segmented = (self.thread, self._generate_in_segments)
+        generate = self._producer_generate()
+        if generate is not None:  # set before the thread starts: its first generation goes through it
+            self.engine.segmented = (self.thread, generate)
         self.thread.start()
+
+    def _producer_generate(self):
+        """The producer thread's own engine.generate(engine, prompts, sampling), or None for the plain one."""
+        return self._generate_in_segments if self.partial else None
 
     def _sync_to_newest(self, wait: bool = True) -> int:
         """Sync the engine to the actor's weights if they are newer than its own; never in the middle
@@ -150,20 +158,29 @@ class AsyncExperience:
             self.partial_stats[name] = self.partial_stats.get(name, 0) + value
         return batch
 
+    def _wait_for_turn(self, i: int) -> bool:
+        """Wait until batch i may be generated (the published version >= i - k: weights at most k
+        updates old); False once the source is closed."""
+        with self.cond:
+            while self.version < i - self.k and not self.stop.is_set():
+                self.cond.wait(timeout=1.0)
+        return not self.stop.is_set()
+
+    def _draw(self):
+        """The next batch's prompts, its loader position kept until it is trained on."""
+        with self.lock:
+            self.drawn.append(self.t.train_data.state_dict())
+            return self.t.train_data.next_batch()
+
     def _produce(self) -> None:
         t = self.t
         try:
             while not self.stop.is_set():
                 i = self.next_index
-                with self.cond:  # batch i may use weights at most k updates old
-                    while self.version < i - self.k and not self.stop.is_set():
-                        self.cond.wait(timeout=1.0)
-                if self.stop.is_set():
+                if not self._wait_for_turn(i):
                     return
                 version = self._sync_to_newest()
-                with self.lock:
-                    self.drawn.append(t.train_data.state_dict())
-                    prompts = t.train_data.next_batch()
+                prompts = self._draw()
                 torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
                 started = time.perf_counter()
                 self.partial_stats = {}
@@ -255,4 +272,11 @@ class AsyncExperience:
 
 
 def build_experience_source(trainer):
-    return AsyncExperience(trainer) if trainer.config.async_training.enable else SyncExperience(trainer)
+    a = trainer.config.async_training
+    if not a.enable:
+        return SyncExperience(trainer)
+    if a.streaming:
+        from verl.trainer.streaming_experience import StreamingExperience  # it subclasses AsyncExperience
+
+        return StreamingExperience(trainer)
+    return AsyncExperience(trainer)

@@ -1,0 +1,46 @@
+"""benchmarks/async_grpo.py's drawn response lengths (--lengths tail:M): the same for a prompt in every
+system and process, median M, the longest 8 M for 1 prompt in 16; and imposed on the trainer's vLLM
+engine, every sample generates exactly its prompt's length."""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+import async_grpo  # noqa: E402
+from conftest import small_overrides  # noqa: E402
+
+
+def test_drawn_lengths_have_the_stated_shape():
+    rng = random.Random(0)
+    prompts = [[rng.randrange(50_000) for _ in range(rng.randint(5, 40))] for _ in range(4000)]
+    lengths = [async_grpo.drawn_length(p, 128) for p in prompts]
+    assert lengths == [async_grpo.drawn_length(list(p), 128) for p in prompts]  # a function of the ids alone
+    assert all(64 <= n <= 192 or n == 1024 for n in lengths)
+    assert 0.045 < lengths.count(1024) / len(lengths) < 0.08  # 1/16 = 0.0625; 4000 draws: sd 0.004
+    assert 120 <= statistics.median(lengths) <= 136  # uniform 64-192 below the long ones: median ~128
+
+
+def test_imposed_lengths_are_what_the_engine_generates(tmp_path, tiny_qwen2):
+    from verl import create_trainer, load_config
+
+    args = async_grpo.parse(["--lengths", "tail:6", "--engine", "vllm", "--model", tiny_qwen2, "--prompts", "2",
+                             "--group", "2", "--steps", "1", "--warmup", "0", "--device", "cpu"])
+    over = dict(o.split("=", 1) for o in async_grpo._overrides(args, "sync", str(tmp_path / "out")))
+    assert over["rollout.max_new_tokens"] == "48" and over["rollout.stop"] == "[]"
+    over.update({"rollout.kv_cache_gb": "0.25", "training.micro_batch_size": "4"})
+    trainer = create_trainer(load_config(None, small_overrides(tmp_path / "run", **over)))
+    try:
+        async_grpo.impose_lengths(trainer, 6)
+        trainer.step()
+        b = trainer._last_batch
+        got = b.response_mask.sum(dim=1).tolist()
+        prompt_ids = [row[mask.bool()].tolist() for row, mask in zip(b.input_ids[:, :b.prompt_length],
+                                                                      b.attention_mask[:, :b.prompt_length])]
+        assert got == [float(async_grpo.drawn_length(p, 6)) for p in prompt_ids]
+    finally:
+        trainer.hooks.close()
