@@ -51,6 +51,7 @@ import common
 # -partial: async_training.partial_rollout; -stream: async_training.streaming (vLLM)
 SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial", "async-k1-stream", "async-k2-stream")
 RESULT_TAG = "ASYNC_RESULT "
+PARTS = ("rollout", "async_wait", "old_log_prob", "update_actor", "update_weights")  # timing_s/* of a step
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:
@@ -171,7 +172,7 @@ def run_system(args, system: str) -> dict:
     if tail_median(args):
         impose_lengths(trainer, tail_median(args))
     busy = GpuBusy(args.device)
-    seconds, tokens, lengths, stream = [], [], [], []
+    seconds, tokens, lengths, stream, parts = [], [], [], [], []
     m: dict = {}
     try:
         last = time.perf_counter()
@@ -185,6 +186,7 @@ def run_system(args, system: str) -> dict:
                 b = trainer._last_batch
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
                 stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
+                parts.append({k: m.get(f"timing_s/{k}") for k in PARTS})
             last = now
     finally:
         busy.close()
@@ -198,7 +200,9 @@ def run_system(args, system: str) -> dict:
             "resp_len_median": statistics.median(lengths), "resp_len_max": max(lengths),
             "staleness_max": m.get("async/staleness_max", 0.0),
             # streaming: the share of timed batches submitted ahead, and samples per batch that spanned a sync
-            "prefetched": _mean(p for p, _ in stream), "switched": _mean(w for _, w in stream)}
+            "prefetched": _mean(p for p, _ in stream), "switched": _mean(w for _, w in stream),
+            # where the trainer's step went (means over the timed steps; async: rollout is the wait for the batch)
+            **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS}}
 
 
 def _mean(values):
@@ -312,7 +316,7 @@ def report(args, argv: list, rows: list, final: bool) -> None:
             if base and "tokens_per_s" in r:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
-                "staleness_max", "prefetched", "switched", "error"]
+                "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")
@@ -334,6 +338,8 @@ def main(argv=None) -> int:
     if args.worker:
         print(RESULT_TAG + json.dumps(worker(args)), flush=True)
         return 0
+    if args.model.startswith("random:"):  # built once here, not inside the first system's timed-out process
+        common.resolve_model(args.model)
     rows = []
     for system in args.systems:  # the table is rewritten after each system: a run cut short keeps what it measured
         rows.append(run_isolated(args, system, argv))

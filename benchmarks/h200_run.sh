@@ -47,7 +47,10 @@
 #               ASYNC_SYSTEMS (default: sync async-k1 async-k2; add async-k1-partial, ~100 s more)
 #   async-tail  benchmarks/async_grpo.py on vLLM with drawn lengths (--lengths tail:ASYNC_TAIL_MEDIAN, default 128:
 #               1 prompt in 16 at 8x; random SmolLM2-135M weights, no fetch), 32 prompts x 8, ASYNC_TAIL_STEPS (6)
-#               after 1 warm-up; ASYNC_TAIL_SYSTEMS (default: sync async-k1 async-k1-stream async-k2-stream)
+#               after 1 warm-up; ASYNC_TAIL_SYSTEMS (default: sync async-k1 async-k1-stream async-k2-stream), each
+#               under ASYNC_TAIL_TIMEOUT (420 s). Session 7: the streaming systems took ~120 s each, the sync system
+#               (first, so it also paid vLLM's torch.compile cache) ran past the 200 s it had: run sync and one
+#               streaming system in one call, the rest in another
 #   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
 #               ASYNC_ENGINE (vllm, or sglang: its sync run is then also #22's learning recipe on SGLang)
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
@@ -78,18 +81,16 @@
 # and everything staged): fetch 60 s, async-bench 340 s (sync 3.01 s/step, staleness 1 3.81, staleness 2 5.70: async
 # not ahead on this work), sgl-install 18-19, readout 10, sgl-rollout (64 256) 181, sgl-tests-engine 97 (8 passed),
 # sgl-tests-runs > 423 (cli, sigterm, stale_engine passed; multi_turn still running when the budget ran out).
-# What is still to run (as of 2026-12-02 00:20 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   tests (vLLM GPU tests, ~175 s: the new wake-up test has not run on vLLM)
-#   #22: sgl-rollout again (after assemble_rollout moved to numpy; target 0.95x at 64 and 256); the multi-turn
-#     GPU test at the current commit in a call of its own: SGL_K=multi_turn sgl-tests-k (~100 s)
-#   gpu-pending branch: tests cuda-tests e2e-a
-#   Plan for one session (~1,600 s after staging): A: install, gguf, sgl-install, fetch, async-bench, tests (~40 + 15 +
-#     51 + 300 + 175 s); B: readout, sgl-rollout (4 paths now: ~20 + ~260 s), sgl-tests-engine (~250 s); C: sgl-tests-runs (~350 s);
-#     D: the rest
-#   GPU-pending code, branch gpu-pending (check it out before the call; CPU-tested only): rollout.weight_reload
-#     direct, training.use_packed_samples auto (packed on CUDA), per-stage memory (memory_gb/*). Its checks:
-#     tests (~175 s, test_gpu_vllm.py incl. the direct/layerwise comparison), cuda-tests (test_stage_memory's
-#     GPU test, packing), then e2e-a (~240 s: (a) at 1.92x before; the direct reload should cut the 0.16 s sync)
+# Seen on 2026-12-02 01:38-02:18 (session 7): a machine was replaced mid-staging with no gap on our side (warm=false on
+# the third part: check `warm` after every staging call and restage from part 0 when it is false); sgl-rollout (64 256)
+# 181 s, sgl-tests-k multi_turn 113, sgl-tests-engine 121, async-tail > 517 (sync timed out at 200 s; the streaming
+# systems ~120 s each), tests > 187 (11 of 13 in 187 s: allow ~280 s with the two streaming tests).
+# What is still to run (as of 2026-12-02 02:30 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   #21: ASYNC_TAIL_SYSTEMS="sync async-k1-stream" async-tail (~400 s), then ASYNC_TAIL_SYSTEMS="async-k2-stream
+#     async-k1" async-tail (~300 s): the ratio to sync on drawn lengths (target 1.3x at staleness 1)
+#   tests (~280 s; the stale-engine check and the streaming trainer run did not finish in session 7), cuda-tests
+#     (test_stage_memory's GPU test, packing on CUDA), e2e-a (~240 s: (a) at 1.92x before; the direct reload is in)
+#   #22: sgl-tests-runs without multi_turn (K: cli, sigterm, stale_engine; ~330 s) at the current commit
 #   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
 #     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
 #     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)
@@ -311,7 +312,7 @@ print(info)" ;;
                    --systems ${ASYNC_SYSTEMS:-sync async-k1 async-k2} --out "$W/async_grpo_vllm.json" ;;
         async-tail) stage async-tail ${ASYNC_TAIL_NEED:-450} $PY benchmarks/async_grpo.py --device cuda --model random:smollm2 \
                    --engine vllm --prompts 32 --group 8 --lengths tail:${ASYNC_TAIL_MEDIAN:-128} \
-                   --steps ${ASYNC_TAIL_STEPS:-6} --warmup 1 --timeout 200 \
+                   --steps ${ASYNC_TAIL_STEPS:-6} --warmup 1 --timeout ${ASYNC_TAIL_TIMEOUT:-420} \
                    --systems ${ASYNC_TAIL_SYSTEMS:-sync async-k1 async-k1-stream async-k2-stream} \
                    --out "$W/async_grpo_tail.json" ;;
         async-recipe) stage fetch 60 fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
