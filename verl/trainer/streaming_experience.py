@@ -94,7 +94,11 @@ class StreamingExperience(AsyncExperience):
             i = self.next_index
             if not self._wait_for_turn(i):
                 return
-            self._sync_to_newest()
+            # Wait for an update in progress only when the engine's weights are too old for batch i: a batch
+            # submitted ahead has its version already, and the engine's requests must keep decoding meanwhile
+            # (the hook syncs as soon as the update ends). At k = 0 the update has always ended here.
+            too_old = self.synced is None or self.synced < i - self.k
+            self._sync_to_newest(wait=not self.ahead and too_old)
             prompts, ahead = self._next_prompts(i)
             torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
             started = time.perf_counter()
