@@ -47,7 +47,7 @@ class Ticket:
     prompts: Batch
     sampling: SamplingParams
     version: int  # the engine's weights version at submission
-    start: float  # perf_counter at submission
+    start: float  # perf_counter at submission (the batch's time in the engine: collect end - start)
     outputs: list = field(default_factory=list)  # vLLM RequestOutput per request, None until finished
     last_versions: list = field(default_factory=list)  # the engine's version when each request finished
     left: int = 0  # requests not finished yet
@@ -125,8 +125,10 @@ class VLLMStream:
                                    f"({ticket.left} requests left)")
         call_end = time.perf_counter()
         del self.tickets[ticket.id]
+        # marks: the collect's own span is the "engine call" (the submission came earlier, while other
+        # batches generated: counting from it would charge their time to verl's side of the call)
         batch = self.engine.rollout_from_outputs(ticket.prompts, ticket.sampling, ticket.outputs,
-                                                 (ticket.start, call_start, call_end))
+                                                 (call_start, call_start, call_end))
         per_sample = ticket.sampling.n if len(ticket.outputs) == len(ticket.prompts) else 1  # greedy: n requests
         last = [v for v in ticket.last_versions for _ in range(per_sample)]
         extra = batch.extra or [{} for _ in range(len(batch))]

@@ -41,7 +41,7 @@ class StreamingExperience(AsyncExperience):
         self.stream = VLLMStream(trainer.rollout)
         trainer.rollout = self.stream  # AsyncExperience wraps it in the engine lock
         super().__init__(trainer)
-        self.ahead: collections.deque = collections.deque()  # (index, prompts, ticket), submitted ahead
+        self.ahead: collections.deque = collections.deque()  # (index, prompts) of the batches submitted ahead
         self.tickets: dict = {}  # id(prompts) -> ticket, for the generate of that batch
 
     def _producer_generate(self):
