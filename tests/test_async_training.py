@@ -172,22 +172,32 @@ def _run_recording(tmp_path, name, steps, **extra):
     return rows, params
 
 
-def test_streaming_at_staleness_zero_is_the_synchronous_vllm_trainer(tmp_path, tiny_qwen2):
+def test_streaming_at_staleness_zero_is_the_synchronous_vllm_trainer(tmp_path, tiny_qwen2, monkeypatch):
     """k = 0: nothing is submitted ahead, each batch is one submit and collect on the current weights.
-    The engine runs the same requests with the same seeds; only its prefix cache is off (the n samples
-    of a prompt each prefill it instead of sharing its blocks): the same tokens, and the same training
-    up to float32 rounding of that one difference (params within 1e-6)."""
-    sync, sync_p = _run_recording(tmp_path, "sync", 3, **_vllm(tiny_qwen2))
+    The streaming engine starts with its prefix cache off; the synchronous run here does too (the one
+    engine setting streaming changes), so both engines compute the same requests, with the same seeds, in
+    the same steps: only the loop that drives them differs (LLM.generate's or the stream's). So the run is
+    the synchronous one bit for bit, weights and metrics."""
+    from verl.rollout import in_process
+
+    start_args = in_process.engine_start_args
+
+    def without_prefix_cache(model, tokenizer, config):
+        return {**start_args(model, tokenizer, config), "enable_prefix_caching": False}
+
+    with monkeypatch.context() as m:
+        m.setattr(in_process, "engine_start_args", without_prefix_cache)
+        sync, sync_p = _run_recording(tmp_path, "sync", 3, **_vllm(tiny_qwen2))
     stream, stream_p = _run_recording(tmp_path, "stream", 3, **_vllm(tiny_qwen2, **STREAM,
                                                                      **{"async_training.max_staleness": 0}))
     for s, a in zip(sync, stream):
         assert s["responses"] == a["responses"]
         for key in KEYS:
-            assert a["m"][key] == pytest.approx(s["m"][key], rel=1e-4, abs=1e-6), key
+            assert a["m"][key] == s["m"][key], key
         assert a["first"] == a["last"] == [a["step"]] * len(a["first"])  # every sample from the current weights
         assert a["m"]["async/stream_prefetched"] == 0 and a["m"]["async/staleness_max"] == 0
     for name, value in sync_p.items():
-        assert torch.allclose(value, stream_p[name], atol=1e-6), name
+        assert torch.equal(value, stream_p[name]), name
 
 
 def test_streaming_submits_ahead_within_the_bound_and_tags_versions(tmp_path, tiny_qwen2):
