@@ -47,7 +47,6 @@ class Ticket:
     prompts: Batch
     sampling: SamplingParams
     version: int  # the engine's weights version at submission
-    start: float  # perf_counter at submission (the batch's time in the engine: collect end - start)
     outputs: list = field(default_factory=list)  # vLLM RequestOutput per request, None until finished
     last_versions: list = field(default_factory=list)  # the engine's version when each request finished
     left: int = 0  # requests not finished yet
@@ -79,8 +78,7 @@ class VLLMStream:
         if self.engine.asleep:
             self.engine.wake_up()
         requests, params = self.engine.build_requests(prompts, sampling)
-        ticket = Ticket(next(self._ids), prompts, sampling, self.version, time.perf_counter(),
-                        outputs=[None] * len(requests), last_versions=[None] * len(requests), left=len(requests))
+        ticket = Ticket(next(self._ids), prompts, sampling, self.version, outputs=[None] * len(requests), last_versions=[None] * len(requests), left=len(requests))
         added = []
         try:
             for j, (request, p) in enumerate(zip(requests, params)):

@@ -41,8 +41,8 @@ class StreamingExperience(AsyncExperience):
         self.stream = VLLMStream(trainer.rollout)
         trainer.rollout = self.stream  # AsyncExperience wraps it in the engine lock
         super().__init__(trainer)
-        self.ahead: collections.deque = collections.deque()  # (index, prompts) of the batches submitted ahead
-        self.tickets: dict = {}  # id(prompts) -> ticket, for the generate of that batch
+        self.ahead: collections.deque = collections.deque()  # (index, ticket) of the batches submitted ahead
+        self.submitted = None  # the ticket of the batch being generated, if it was submitted ahead
 
     def _producer_generate(self):
         return self._stream_generate
@@ -55,7 +55,11 @@ class StreamingExperience(AsyncExperience):
     # ------------------------------------------------------------------ producer thread
     def _stream_generate(self, stream, prompts, sampling):
         """The producer's engine.generate: the batch's ticket (submitted ahead, or now), collected."""
-        ticket = self.tickets.pop(id(prompts), None) or stream.submit(prompts, sampling)
+        ticket = self.submitted
+        if ticket is not None and ticket.prompts is prompts:
+            self.submitted = None
+        else:  # not drawn ahead, or another call (ReMax's greedy baseline)
+            ticket = stream.submit(prompts, sampling)
         return stream.collect(ticket, between_steps=self._between_steps, timeout_s=self.timeout_s)
 
     def _between_steps(self) -> None:
@@ -64,18 +68,15 @@ class StreamingExperience(AsyncExperience):
         self._sync_to_newest(wait=False)
         j = self.next_index + 1 + len(self.ahead)
         while self.version >= j - self.k and self.synced >= j - self.k:
-            prompts = self._draw()
-            ticket = self.stream.submit(prompts, self.t.sampling)
-            self.ahead.append((j, prompts))
-            self.tickets[id(prompts)] = ticket
+            self.ahead.append((j, self.stream.submit(self._draw(), self.t.sampling)))
             j += 1
 
     def _next_prompts(self, i: int):
         """Batch i's prompts: drawn ahead (and submitted), or drawn now. (prompts, drawn ahead?)"""
         if self.ahead:
-            j, prompts = self.ahead.popleft()
+            j, self.submitted = self.ahead.popleft()
             assert j == i, (j, i)  # drawn in order, taken in order
-            return prompts, True
+            return self.submitted.prompts, True
         return self._draw(), False
 
     def _produce(self) -> None:
