@@ -52,6 +52,9 @@ import common
 SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial", "async-k1-stream", "async-k2-stream")
 RESULT_TAG = "ASYNC_RESULT "
 PARTS = ("rollout", "async_wait", "old_log_prob", "update_actor", "update_weights")  # timing_s/* of a step
+# -stream: the batch's collect (async/stream_*): engine steps, seconds inside them and in the hook between them
+# (syncs, submissions), requests in the engine per step; engine_call = rollout/engine_call_s (sync: LLM.generate)
+STREAM = ("stream_steps", "stream_step_s", "stream_hook_s", "stream_requests_mean")
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:
@@ -186,7 +189,8 @@ def run_system(args, system: str) -> dict:
                 b = trainer._last_batch
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
                 stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
-                parts.append({k: m.get(f"timing_s/{k}") for k in PARTS})
+                parts.append({**{k: m.get(f"timing_s/{k}") for k in PARTS}, **{k: m.get(f"async/{k}") for k in STREAM},
+                              "engine_call": m.get("rollout/engine_call_s")})
             last = now
     finally:
         busy.close()
@@ -202,7 +206,16 @@ def run_system(args, system: str) -> dict:
             # streaming: the share of timed batches submitted ahead, and samples per batch that spanned a sync
             "prefetched": _mean(p for p, _ in stream), "switched": _mean(w for _, w in stream),
             # where the trainer's step went (means over the timed steps; async: rollout is the wait for the batch)
-            **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS}}
+            **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS},
+            "engine_call_s": _mean(p["engine_call"] for p in parts),
+            **{k: _mean(p[k] for p in parts) for k in STREAM},
+            "stream_step_ms": _step_ms(parts)}
+
+
+def _step_ms(parts):
+    """Milliseconds per engine step of the streaming collects (None without streaming)."""
+    steps = sum(p["stream_steps"] or 0 for p in parts)
+    return round(1000 * sum(p["stream_step_s"] or 0 for p in parts) / steps, 2) if steps else None
 
 
 def _mean(values):
@@ -241,6 +254,8 @@ def run_recipe(args, system: str) -> dict:
 
 
 def worker(args) -> dict:
+    if args.switch_interval:  # probe: the producer thread (engine steps) and the trainer share the GIL
+        sys.setswitchinterval(args.switch_interval)
     if args.threads:
         import torch
 
@@ -282,6 +297,10 @@ def parse(argv=None):
     ap.add_argument("--keep", default=None, help="--recipe: copy each system's metrics, config and samples to "
                                                  "KEEP/SYSTEM and plot them together in KEEP/dashboard.png")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="a probe, not a verl setting: sys.setswitchinterval(S) in each system's process (Python's "
+                         "default 0.005 s: how long a thread waiting for the GIL lets the holder run); do engine "
+                         "steps slow down while the trainer thread holds the GIL?")
     ap.add_argument("--worker", default=None, help=argparse_suppress())
     args = ap.parse_args(argv)
     if args.lengths != "sampled" and not (args.lengths.startswith("tail:") and args.lengths[5:].isdigit()
@@ -316,7 +335,8 @@ def report(args, argv: list, rows: list, final: bool) -> None:
             if base and "tokens_per_s" in r:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
-                "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "error"]
+                "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "engine_call_s",
+                *STREAM, "stream_step_ms", "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")

@@ -13,7 +13,7 @@
 #
 # Stages (each skipped when less time is left than it needs):
 #   versions    torch / vLLM / CUDA / transformers / TRL versions and the GPU, as JSON
-#   tests       pytest -m gpu tests/test_gpu_vllm.py (junit XML for the counts)
+#   tests       pytest -m gpu tests/test_gpu_vllm.py (junit XML for the counts); tests-k: those that VLLM_K selects
 #   cuda-tests  the rest of the suite's CUDA tests: pytest tests -k "cuda or gpu"
 #   rollout     benchmarks/rollout.py: verl's VLLMRollout vs raw LLM.generate at 64 / 256 / 512 sequences
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
@@ -48,7 +48,8 @@
 #   async-tail  benchmarks/async_grpo.py on vLLM with drawn lengths (--lengths tail:ASYNC_TAIL_MEDIAN, default 128:
 #               1 prompt in 16 at 8x; random SmolLM2-135M weights, no fetch), 32 prompts x 8, ASYNC_TAIL_STEPS (6)
 #               after 1 warm-up; ASYNC_TAIL_SYSTEMS (default: sync async-k1 async-k1-stream async-k2-stream), each
-#               under ASYNC_TAIL_TIMEOUT (420 s). Session 7: the streaming systems took ~120 s each, the sync system
+#               under ASYNC_TAIL_TIMEOUT (420 s); ASYNC_TAIL_EXTRA: more benchmark flags (--switch-interval S),
+#               ASYNC_TAIL_TAG: a suffix for the result file (two runs in one call). Session 7: the streaming systems took ~120 s each, the sync system
 #               (first, so it also paid vLLM's torch.compile cache) ran past the 200 s it had: run sync and one
 #               streaming system in one call, the rest in another
 #   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
@@ -247,6 +248,8 @@ json.dump(info, open('$W/versions.json', 'w'), indent=1)
 print(info)" ;;
         tests) stage tests 200 $PY -m pytest -m gpu tests/test_gpu_vllm.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_tests.xml" ;;
+        tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
+                   expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
                    --ignore=tests/test_distributed_ray.py --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here
@@ -314,7 +317,7 @@ print(info)" ;;
                    --engine vllm --prompts 32 --group 8 --lengths tail:${ASYNC_TAIL_MEDIAN:-128} \
                    --steps ${ASYNC_TAIL_STEPS:-6} --warmup 1 --timeout ${ASYNC_TAIL_TIMEOUT:-420} \
                    --systems ${ASYNC_TAIL_SYSTEMS:-sync async-k1 async-k1-stream async-k2-stream} \
-                   --out "$W/async_grpo_tail.json" ;;
+                   ${ASYNC_TAIL_EXTRA:-} --out "$W/async_grpo_tail${ASYNC_TAIL_TAG:-}.json" ;;
         async-recipe) stage fetch 60 fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
                    stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \

@@ -165,7 +165,8 @@ def _run_recording(tmp_path, name, steps, **extra):
             b = trainer._last_batch
             rows.append({"m": m, "responses": b.responses[b.response_mask.bool()].tolist(), "prompts": b.prompt_text,
                          "first": [e.get("policy_version") for e in b.extra],
-                         "last": [e.get("policy_version_last") for e in b.extra], "step": trainer.global_step - 1})
+                         "last": [e.get("policy_version_last") for e in b.extra], "step": trainer.global_step - 1,
+                         "longest": int(b.response_mask.sum(dim=1).max())})
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
     finally:
         trainer.hooks.close()
@@ -196,6 +197,9 @@ def test_streaming_at_staleness_zero_is_the_synchronous_vllm_trainer(tmp_path, t
             assert a["m"][key] == s["m"][key], key
         assert a["first"] == a["last"] == [a["step"]] * len(a["first"])  # every sample from the current weights
         assert a["m"]["async/stream_prefetched"] == 0 and a["m"]["async/staleness_max"] == 0
+        # one batch alone in the engine: step 1 prefills and draws token 1, each later step one token, so
+        # the collect takes as many steps as the longest response has tokens
+        assert a["m"]["async/stream_steps"] == a["longest"], (a["m"]["async/stream_steps"], a["longest"])
     for name, value in sync_p.items():
         assert torch.equal(value, stream_p[name]), name
 

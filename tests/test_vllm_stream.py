@@ -72,8 +72,15 @@ def test_batches_in_flight_together_are_each_handed_back_whole(engine, stream, t
     ticket_b = stream.submit(b_prompts, b_sampling)
     assert stream.in_flight() == 2
     out_b = stream.collect(ticket_b)
+    # B's collect took 16 steps (step 1 prefills both batches and draws token 1, each later step one token).
+    # Requests in the engine before each step: A's 6 (3 prompts x n=2) and B's 2 for steps 1-8, then B's 2
+    # alone for steps 9-16 -> (8 * 8 + 8 * 2) / 16 = 5.0.
+    assert stream.last_collect["steps"] == 16
+    assert stream.last_collect["requests_mean"] == pytest.approx(5.0)
+    assert 0 < stream.last_collect["step_s"] and 0 <= stream.last_collect["hook_s"]
     assert ticket_a.done  # finished during B's steps, kept for it
     out_a = stream.collect(ticket_a)
+    assert stream.last_collect["steps"] == 0  # handed back without a step
     for out, alone in ((out_a, alone_a), (out_b, alone_b)):
         assert min_top2_gap(hf_model, alone) > 1e-3  # no near-tie: batch composition cannot swap a token
         assert responses_of(out) == responses_of(alone)

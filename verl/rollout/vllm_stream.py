@@ -61,6 +61,7 @@ class VLLMStream:
         self.engine = engine
         self.version = version  # the weights version the engine holds (set by sync_weights)
         self.tickets: dict[int, Ticket] = {}
+        self.last_collect: dict = {}  # steps, step_s, hook_s, requests_mean of the last collect
         self._ids = itertools.count()
         from vllm.sampling_params import RequestOutputKind
 
@@ -109,20 +110,30 @@ class VLLMStream:
             raise RuntimeError(f"batch {ticket.id} was already collected or aborted")
         deadline = time.monotonic() + timeout_s
         call_start = time.perf_counter()
+        steps, step_s, hook_s, requests = 0, 0.0, 0.0, 0
         while not ticket.done:
+            t0 = time.perf_counter()
             if between_steps is not None:
                 between_steps()
             if not self._core.has_unfinished_requests():
                 raise RuntimeError(f"the vLLM engine has no request left, but batch {ticket.id} is missing "
                                    f"{ticket.left} results")
+            requests += self._core.get_num_unfinished_requests()
+            t1 = time.perf_counter()
             for out in self._core.step():
                 if out.finished:
                     self._route(out)
+            t2 = time.perf_counter()
+            steps, step_s, hook_s = steps + 1, step_s + (t2 - t1), hook_s + (t1 - t0)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"batch {ticket.id} not done after {timeout_s:g} s of streaming generation "
                                    f"({ticket.left} requests left)")
         call_end = time.perf_counter()
         del self.tickets[ticket.id]
+        # Where the collect's time went: engine steps, the hook between them (weight syncs, submissions),
+        # and how full the steps were (requests in the engine, all batches, averaged over the steps).
+        self.last_collect = {"steps": steps, "step_s": step_s, "hook_s": hook_s,
+                             "requests_mean": requests / steps if steps else 0.0}
         # marks: the collect's own span is the "engine call" (the submission came earlier, while other
         # batches generated: counting from it would charge their time to verl's side of the call)
         batch = self.engine.rollout_from_outputs(ticket.prompts, ticket.sampling, ticket.outputs,

@@ -110,5 +110,10 @@ class StreamingExperience(AsyncExperience):
             metrics["async/stream_switched_samples"] = float(
                 sum(e["policy_version_last"] != e["policy_version"] for e in batch.extra))
             metrics["async/stream_in_flight"] = float(self.stream.in_flight())
+            c = self.stream.last_collect  # the batch's collect: engine steps, their seconds, how full they were
+            metrics["async/stream_steps"] = float(c.get("steps", 0))
+            metrics["async/stream_step_s"] = float(c.get("step_s", 0.0))
+            metrics["async/stream_hook_s"] = float(c.get("hook_s", 0.0))
+            metrics["async/stream_requests_mean"] = float(c.get("requests_mean", 0.0))
             self.next_index = i + 1
             self._put((batch, metrics, min(first)))
