@@ -55,6 +55,7 @@ PARTS = ("rollout", "async_wait", "old_log_prob", "update_actor", "update_weight
 # -stream: the batch's collect (async/stream_*): engine steps, seconds inside them and in the hook between them
 # (syncs, submissions), requests in the engine per step; engine_call = rollout/engine_call_s (sync: LLM.generate)
 STREAM = ("stream_steps", "stream_step_s", "stream_hook_s", "stream_requests_mean")
+DETAIL = ("timing_s/", "actor/oom", "actor/micro", "memory_gb/", "rollout/", "async/")  # the JSON's "detail"
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:
@@ -175,13 +176,14 @@ def run_system(args, system: str) -> dict:
     if tail_median(args):
         impose_lengths(trainer, tail_median(args))
     busy = GpuBusy(args.device)
-    seconds, tokens, lengths, stream, parts = [], [], [], [], []
+    seconds, tokens, lengths, stream, parts, timings = [], [], [], [], [], []
     m: dict = {}
     try:
         last = time.perf_counter()
         for k in range(args.warmup + args.steps):
             busy.active(k >= args.warmup)
-            m = trainer.step()
+            with profiled(args, system, k):
+                m = trainer.step()
             now = time.perf_counter()
             if k >= args.warmup:
                 seconds.append(now - last)
@@ -191,6 +193,7 @@ def run_system(args, system: str) -> dict:
                 stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
                 parts.append({**{k: m.get(f"timing_s/{k}") for k in PARTS}, **{k: m.get(f"async/{k}") for k in STREAM},
                               "engine_call": m.get("rollout/engine_call_s")})
+                timings.append({k: v for k, v in m.items() if k.startswith(DETAIL) and isinstance(v, (int, float))})
             last = now
     finally:
         busy.close()
@@ -209,7 +212,47 @@ def run_system(args, system: str) -> dict:
             **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS},
             "engine_call_s": _mean(p["engine_call"] for p in parts),
             **{k: _mean(p[k] for p in parts) for k in STREAM},
-            "stream_step_ms": _step_ms(parts)}
+            "stream_step_ms": _step_ms(parts),
+            # every stage and counter of the step (means over the timed steps), for the JSON only
+            "detail": {k: _mean(t.get(k) for t in timings) for k in sorted({k for t in timings for k in t})}}
+
+
+def profiled(args, system: str, k: int):
+    """torch.profiler around step `k` when it is --profile's step (CPU and CUDA activities, every thread
+    of the process: the producer's engine steps too), its op table written beside --out; else nothing."""
+    import contextlib
+
+    if args.profile is None or k != args.warmup + args.profile:
+        return contextlib.nullcontext()
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+
+    @contextlib.contextmanager
+    def run():
+        with profile(activities=activities, record_shapes=False) as prof:
+            yield
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        path = _side_file(args, f"{system}_profile.txt")
+        with open(path, "w") as fh:
+            for key in ("self_cuda_time_total", "self_cpu_time_total", "cpu_time_total"):
+                if key == "self_cuda_time_total" and ProfilerActivity.CUDA not in activities:
+                    continue
+                fh.write(f"# step {k} of {system}, sorted by {key}\n")
+                fh.write(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70) + "\n\n")
+        print(f"profile of step {k}: {path}", file=sys.stderr, flush=True)
+
+    return run()
+
+
+def _side_file(args, name: str) -> str:
+    """A file beside --out's results (or under benchmarks/results): <out stem>_<name>."""
+    out = args.out or "benchmarks/results"
+    stem = out[:-len(".json")] if out.endswith(".json") else os.path.join(out, "async_grpo")
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    return f"{stem}_{name}"
 
 
 def _step_ms(parts):
@@ -269,12 +312,24 @@ def run_isolated(args, system: str, argv: list) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as exc:
+        _keep_log(args, system, exc.stdout, exc.stderr)
         return {"system": system, "error": f"timeout after {args.timeout} s"}
+    _keep_log(args, system, proc.stdout, proc.stderr)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
     if proc.returncode != 0 or not lines:
         return {"system": system, "error": common.failure_summary(proc.returncode, proc.stderr, proc.stdout)}
     return json.loads(lines[-1][len(RESULT_TAG):])
+
+
+def _keep_log(args, system: str, stdout, stderr) -> None:
+    """The system's console beside the results: verl's own lines (micro-batch budgets, out-of-memory
+    retries, engine choices) whole, the rest's last 200 lines."""
+    text = "\n".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (stdout, stderr))
+    lines = text.splitlines()
+    ours = [ln for ln in lines if ln.startswith("verl")]
+    with open(_side_file(args, f"{system}.log"), "w") as fh:
+        fh.write("# lines starting with 'verl'\n" + "\n".join(ours) + "\n# the last 200 lines\n" + "\n".join(lines[-200:]) + "\n")
 
 
 def parse(argv=None):
@@ -297,6 +352,9 @@ def parse(argv=None):
     ap.add_argument("--keep", default=None, help="--recipe: copy each system's metrics, config and samples to "
                                                  "KEEP/SYSTEM and plot them together in KEEP/dashboard.png")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
+    ap.add_argument("--profile", type=int, default=None, metavar="K",
+                    help="torch.profiler around timed step K (0 = the first after the warm-up) of every system; "
+                         "the op tables go to <out>_<system>_profile.txt")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="a probe, not a verl setting: sys.setswitchinterval(S) in each system's process (Python's "
                          "default 0.005 s: how long a thread waiting for the GIL lets the holder run); do engine "

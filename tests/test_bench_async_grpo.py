@@ -44,3 +44,20 @@ def test_imposed_lengths_are_what_the_engine_generates(tmp_path, tiny_qwen2):
         assert got == [float(async_grpo.drawn_length(p, 6)) for p in prompt_ids]
     finally:
         trainer.hooks.close()
+
+
+def test_profile_and_console_land_beside_the_results(tmp_path):
+    """--profile K wraps timed step K alone (warm-up steps come first) and writes the op table beside
+    --out; each system's console is kept there with verl's own lines first."""
+    import torch
+
+    args = async_grpo.parse(["--profile", "1", "--warmup", "2", "--out", str(tmp_path / "r.json")])
+    for k in range(5):
+        with async_grpo.profiled(args, "sync", k):
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    text = (tmp_path / "r_sync_profile.txt").read_text()
+    assert text.startswith("# step 3 of sync") and "aten::mm" in text  # warm-up 2 + K 1
+    async_grpo._keep_log(args, "sync", "INFO engine\nverl: actor micro-batches of up to 9 tokens\n", b"last\n")
+    log = (tmp_path / "r_sync.log").read_text().splitlines()
+    assert log[:2] == ["# lines starting with 'verl'", "verl: actor micro-batches of up to 9 tokens"]
+    assert log[-1] == "last"
