@@ -55,7 +55,7 @@ PARTS = ("rollout", "async_wait", "old_log_prob", "update_actor", "update_weight
 # -stream: the batch's collect (async/stream_*): engine steps, seconds inside them and in the hook between them
 # (syncs, submissions), requests in the engine per step; engine_call = rollout/engine_call_s (sync: LLM.generate)
 STREAM = ("stream_steps", "stream_step_s", "stream_hook_s", "stream_requests_mean")
-DETAIL = ("timing_s/", "actor/oom", "actor/micro", "memory_gb/", "rollout/", "async/")  # the JSON's "detail"
+DETAIL = ("timing_s/", "actor/oom", "actor/micro", "memory_gb/", "memory/", "rollout/", "async/")  # the JSON's "detail"
 
 
 def _async_overrides(args, system: str, engine: str) -> dict:

@@ -19,7 +19,7 @@ class FakeCounters:
     (a reset sets the peak to what is allocated, as torch.cuda.reset_peak_memory_stats does)."""
 
     def __init__(self, active=True):
-        self.is_active, self.allocated, self._peak, self.used = active, 0, 0, None
+        self.is_active, self.allocated, self._peak, self.used, self.retried = active, 0, 0, None, 0
 
     def alloc(self, gib):
         self.allocated += gib * GIB
@@ -39,6 +39,9 @@ class FakeCounters:
 
     def device_used(self):
         return self.used
+
+    def alloc_retries(self):
+        return self.retried
 
 
 def test_nested_stages_each_keep_their_whole_span_peak():
@@ -77,6 +80,29 @@ def test_nested_stages_each_keep_their_whole_span_peak():
     assert set(m) >= {"timing_s/outer", "timing_s/inner", "timing_s/step"}  # the timing is unchanged
     timer.reset()
     assert not any(k.startswith("memory_gb/") for k in timer.metrics())  # a new step starts empty
+
+
+def test_allocator_retries_count_for_their_stage_and_the_stages_around_it():
+    c = FakeCounters()
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+    c.retried = 7  # retries before the step: counted nowhere
+
+    def retry(n):
+        c.retried += n
+
+    def update():  # 2 retries of its own, 3 in the nested stage -> 5 for the update
+        retry(2)
+        timer("inner", lambda: retry(3))
+
+    timer("update", update)
+    timer("update", lambda: retry(1))  # a second call adds: 6
+    timer("rollout", lambda: None)  # none: not logged
+    m = timer.metrics()
+    assert m["memory/alloc_retries/update"] == 6 and m["memory/alloc_retries/inner"] == 3
+    assert "memory/alloc_retries/rollout" not in m
+    timer.reset()
+    assert not any(k.startswith("memory/") for k in timer.metrics())
 
 
 def test_a_stage_called_twice_keeps_its_larger_peak_and_held_memory_counts():
@@ -175,5 +201,6 @@ def test_cuda_counters_measure_a_real_allocation():
     m = timer.metrics()
     assert m["memory_gb/big"] >= 320 / 1024 and m["memory_gb/small"] < m["memory_gb/big"] - 200 / 1024, m
     assert m["memory_gb/small"] >= 64 / 1024 and m["memory_gb/step"] == m["memory_gb/big"]
+    assert not any(k.startswith("memory/alloc_retries/") for k in m), m  # 320 MiB of 140 GiB: no retry
     if "memory_gb/device/big" in m:
         assert m["memory_gb/device/big"] >= m["memory_gb/big"]

@@ -68,6 +68,8 @@ def test_out_of_memory_redoes_the_mini_batch_with_halved_micro_batches(tiny_qwen
         got = actor.update(batch)
     assert calls == [4, 4, 2, 2, 2, 2]
     assert got["actor/oom_retries"] == 1 and want["actor/oom_retries"] == 0
+    # 8 rows in micro-batches of 2: 4 passes; the failed attempt (4 + 4 rows) is not counted
+    assert got["actor/micro_batches"] == 4 and want["actor/micro_batches"] == 4
     assert "out of memory in a micro-batch (4 sequences); redoing the mini-batch with 2 sequences" in caplog.text
     assert actor.micro == MicroBatching(2)  # later passes keep the smaller micro-batches
     for p, q in zip(actor.model.parameters(), ref.model.parameters()):

@@ -9,6 +9,12 @@
                                sampler's (every 0.5 s, verl/tracking/system.py) in between. An engine
                                in another process (SGLang's scheduler) counts here, not above; so
                                does vLLM's memory pool under sleep mode (its own allocator)
+    memory/alloc_retries/<stage>  how often torch's caching allocator found no room for a request and
+                               freed its cached blocks to retry (torch.cuda.memory_stats
+                               num_alloc_retries, nested stages included; only stages with a retry are
+                               logged). Each retry synchronizes the device and re-allocates: a stage
+                               with retries every step runs near the memory limit and pays for it in
+                               time; a smaller training.max_tokens_per_micro_batch avoids it
 
 Nested stages: entering one folds the parent's peak so far into the parent and resets the counter;
 leaving it folds its own peak into the parent and resets again, so each figure covers its stage's
@@ -42,6 +48,10 @@ class CudaCounters:
     def reset_peak(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
 
+    def alloc_retries(self) -> int:
+        """The caching allocator's retries so far in this process (cudaMalloc failed, cache freed, retried)."""
+        return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0))
+
     def device_used(self) -> Optional[int]:
         """Bytes in use on the device by all processes; None without NVML (pynvml): left out."""
         try:
@@ -55,7 +65,8 @@ class StageMemory:
         self.counters = counters
         self.peaks: dict[str, int] = {}  # bytes, per stage
         self.device_peaks: dict[str, int] = {}
-        self._open: list[list] = []  # [stage, its peak so far (None: not measured)], outermost first
+        self.retries: dict[str, int] = {}  # allocator retries per stage, nested stages included
+        self._open: list[list] = []  # [stage, its peak so far (None: not measured), retries at entry]
         self._lock = threading.Lock()  # the sampler thread reads the open stages
 
     def _active(self) -> bool:
@@ -63,37 +74,40 @@ class StageMemory:
 
     def reset(self) -> None:
         with self._lock:
-            self.peaks, self.device_peaks, self._open = {}, {}, []
+            self.peaks, self.device_peaks, self.retries, self._open = {}, {}, {}, []
 
     def enter(self, stage: str) -> None:
-        running = None
+        running = retries = None
         if self._active():
             if self._open and self._open[-1][1] is not None:
                 self._open[-1][1] = max(self._open[-1][1], self.counters.peak())
             self.counters.reset_peak()
-            running = 0
+            running, retries = 0, self.counters.alloc_retries()
         with self._lock:
-            self._open.append([stage, running])
+            self._open.append([stage, running, retries])
 
     def exit(self) -> None:
         with self._lock:
-            stage, running = self._open.pop()
+            stage, running, retries = self._open.pop()
         if not self._active():
             return
         peak = max(running or 0, self.counters.peak())  # CUDA may have started inside the stage
         self.peaks[stage] = max(self.peaks.get(stage, 0), peak)
+        retried = self.counters.alloc_retries() - (retries or 0)  # (None: CUDA started inside the stage)
+        if retried:
+            self.retries[stage] = self.retries.get(stage, 0) + retried
         if self._open:
             self._open[-1][1] = max(self._open[-1][1] or 0, peak)
         self.counters.reset_peak()
         used = self.counters.device_used()
         if used is not None:
-            self._observe([stage] + [s for s, _ in self._open], used)
+            self._observe([stage] + [entry[0] for entry in self._open], used)
 
     def observe_device(self, used: int) -> None:
         """A device-memory reading from another thread (the GPU sampler): it counts for every
         stage open now; between stages it counts for none."""
         with self._lock:
-            names = [s for s, _ in self._open]
+            names = [entry[0] for entry in self._open]
         self._observe(names, used)
 
     def _observe(self, names: list, used: int) -> None:
@@ -106,6 +120,7 @@ class StageMemory:
 
     def metrics(self) -> dict[str, float]:
         out = {f"memory_gb/{k}": v / GIB for k, v in self.peaks.items()}
+        out.update({f"memory/alloc_retries/{k}": float(v) for k, v in self.retries.items()})
         if self.peaks:
             out["memory_gb/step"] = self.step_peak() / GIB
         with self._lock:

@@ -70,7 +70,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
     t = training_cfg
     sums: dict = defaultdict(float)
     kept: list = []
-    n_updates = n_bad = retries = 0
+    n_updates = n_bad = retries = passes = 0
     shuffle = t.num_epochs > 1 or t.mini_batch_size < len(batch)
     for _ in range(t.num_epochs):
         for mini in batch.iter_minibatches(t.mini_batch_size, generator, shuffle=shuffle):
@@ -78,7 +78,8 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
             counts = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_response_len=max_response_len)
             for attempt in (0, 1):
                 try:
-                    part, part_kept = _accumulate(rank_share(mini, micro), counts, micro, loss_fn)
+                    part, part_kept, n = _accumulate(rank_share(mini, micro), counts, micro, loss_fn)
+                    passes += n
                     break
                 except torch.OutOfMemoryError as exc:
                     for optimizer, _ in optimizers.values():
@@ -107,14 +108,16 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
         metrics[f"{role}/grad_norm"] = sums[f"{role}/grad_norm"] / max(1, n_updates - n_bad)
         metrics[f"{role}/nonfinite_updates"] = float(n_bad)
     metrics[f"{next(iter(optimizers))}/oom_retries"] = float(retries)
+    metrics[f"{next(iter(optimizers))}/micro_batches"] = float(passes)  # forward/backward passes, all mini-batches
     return UpdateResult(metrics, kept, micro)
 
 
-def _accumulate(rows: Batch, counts: dict, micro: MicroBatching, loss_fn) -> tuple[dict, list]:
-    """Forward + backward of every micro-batch of one mini-batch -> (metric sums, kept)."""
+def _accumulate(rows: Batch, counts: dict, micro: MicroBatching, loss_fn) -> tuple[dict, list, int]:
+    """Forward + backward of every micro-batch of one mini-batch -> (metric sums, kept, micro-batches)."""
     sums: dict = defaultdict(float)
     kept = []
-    for mb in micro.split(rows):
+    parts = micro.split(rows)
+    for mb in parts:
         share = float(mb.response_mask.sum()) / max(counts["num_tokens"], 1.0)  # host-side mask
         out = loss_fn(mb, counts)
         out.loss.backward()
@@ -124,7 +127,7 @@ def _accumulate(rows: Batch, counts: dict, micro: MicroBatching, loss_fn) -> tup
             sums[k] += (v.detach().float() if isinstance(v, torch.Tensor) else float(v)) * share
         if out.keep is not None:
             kept.append(out.keep)
-    return sums, kept
+    return sums, kept, len(parts)
 
 
 def _describe(micro: MicroBatching) -> str:
