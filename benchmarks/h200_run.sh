@@ -86,15 +86,17 @@
 # the third part: check `warm` after every staging call and restage from part 0 when it is false); sgl-rollout (64 256)
 # 181 s, sgl-tests-k multi_turn 113, sgl-tests-engine 121, async-tail > 517 (sync timed out at 200 s; the streaming
 # systems ~120 s each), tests > 187 (11 of 13 in 187 s: allow ~280 s with the two streaming tests).
-# What is still to run (as of 2026-12-02 02:30 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   #21: ASYNC_TAIL_SYSTEMS="sync async-k1-stream" async-tail (~400 s), then ASYNC_TAIL_SYSTEMS="async-k2-stream
-#     async-k1" async-tail (~300 s): the ratio to sync on drawn lengths (target 1.3x at staleness 1)
-#   tests (~280 s; the stale-engine check and the streaming trainer run did not finish in session 7), cuda-tests
-#     (test_stage_memory's GPU test, packing on CUDA), e2e-a (~240 s: (a) at 1.92x before; the direct reload is in)
-#   #22: sgl-tests-runs without multi_turn (K: cli, sigterm, stale_engine; ~330 s) at the current commit
+# Seen on 2026-12-02 04:13-04:40 (session 8, one machine, 1,642 s of device time): staging 7 parts ~40 s, install 30,
+# versions 30, async-tail (sync + async-k1-stream) 341, one streaming system alone 108-114, async-k1 alone 146, tests
+# 236 (13 passed), cuda-tests 99 (31 passed), e2e-a 217 (2.31x), tests-k streaming_trains 70.
+# What is still to run (as of 2026-12-02 05:00 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   #21: why the long-tail update takes 5.2 s (59k tokens, 135M): ASYNC_TAIL_SYSTEMS=sync ASYNC_TAIL_EXTRA="--profile 1"
+#     async-tail (~200 s; op tables in async_grpo_tail_sync_profile.txt, actor/micro_batches and
+#     memory/alloc_retries/* in the JSON's detail); then, with the update fixed, sync + async-k1-stream again (target 1.3x)
 #   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
 #     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
 #     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)
+#   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
