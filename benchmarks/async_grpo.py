@@ -129,7 +129,7 @@ def _overrides(args, system: str, out: str) -> list[str]:
          "logging.backends": "[jsonl]", "logging.progress_bar": "false", "checkpoint.save_dir": out,
          "data.baseline_prompt": "null", "training.micro_batch_size": args.prompts * args.group}
     o.update(_async_overrides(args, system, args.engine))
-    return [f"{k}={v}" for k, v in o.items()]
+    return [f"{k}={v}" for k, v in o.items()] + list(args.verl_set or [])  # --verl-set last: it wins
 
 
 class GpuBusy:
@@ -352,6 +352,9 @@ def parse(argv=None):
     ap.add_argument("--keep", default=None, help="--recipe: copy each system's metrics, config and samples to "
                                                  "KEEP/SYSTEM and plot them together in KEEP/dashboard.png")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per system")
+    ap.add_argument("--verl-set", nargs="+", default=None, metavar="KEY=VALUE",
+                    help="extra verl config overrides for every system, applied last (e.g. "
+                         "training.max_tokens_per_micro_batch=16384)")
     ap.add_argument("--profile", type=int, default=None, metavar="K",
                     help="torch.profiler around timed step K (0 = the first after the warm-up) of every system; "
                          "the op tables go to <out>_<system>_profile.txt")

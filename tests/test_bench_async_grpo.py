@@ -61,3 +61,11 @@ def test_profile_and_console_land_beside_the_results(tmp_path):
     log = (tmp_path / "r_sync.log").read_text().splitlines()
     assert log[:2] == ["# lines starting with 'verl'", "verl: actor micro-batches of up to 9 tokens"]
     assert log[-1] == "last"
+
+
+def test_verl_set_overrides_come_last_and_win():
+    args = async_grpo.parse(["--engine", "vllm", "--prompts", "4", "--verl-set", "training.micro_batch_size=2",
+                             "training.max_tokens_per_micro_batch=16384"])
+    over = async_grpo._overrides(args, "async-k1-stream", "/tmp/out")
+    assert over[-2:] == ["training.micro_batch_size=2", "training.max_tokens_per_micro_batch=16384"]
+    assert "training.micro_batch_size=32" in over  # the benchmark's own (4 x 8), overridden by the later one
