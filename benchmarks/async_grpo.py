@@ -218,8 +218,9 @@ def run_system(args, system: str) -> dict:
 
 
 def profiled(args, system: str, k: int):
-    """torch.profiler around step `k` when it is --profile's step (CPU and CUDA activities, every thread
-    of the process: the producer's engine steps too), its op table written beside --out; else nothing."""
+    """torch.profiler around step `k` when it is --profile's step (CPU ops and the device's CUDA kernels;
+    meant for the sync system, whose step runs in this thread), its op tables written beside --out; else
+    nothing."""
     import contextlib
 
     if args.profile is None or k != args.warmup + args.profile:
