@@ -94,8 +94,10 @@
 #     async-tail (~200 s; op tables in async_grpo_tail_sync_profile.txt, actor/micro_batches and
 #     memory/alloc_retries/* in the JSON's detail). In the same call, a hypothesis to test: the derived token budget
 #     (one ~59k-token micro-batch) runs the update at the memory limit; ASYNC_TAIL_TAG=_b16k ASYNC_TAIL_EXTRA="--verl-set
-#     training.max_tokens_per_micro_batch=16384" with the sync system. Then, with the update fixed, sync +
-#     async-k1-stream again (target 1.3x)
+#     training.max_tokens_per_micro_batch=16384" with the sync system. Also async-k1-stream with
+#     ASYNC_TAIL_EXTRA="--verl-set async_training.engine_priority=high" (engine steps beside the update: 9.1 ms at
+#     normal priority); VLLM_K=streaming_trains tests-k runs its GPU test ([high], never run). Then, with the update
+#     fixed, sync + async-k1-stream again (target 1.3x)
 #   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
 #     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
 #     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)

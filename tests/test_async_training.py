@@ -274,3 +274,26 @@ def test_a_failing_streaming_rollout_stops_the_run_with_its_error(tmp_path, tiny
             trainer.step()
     finally:
         trainer.hooks.close()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"async_training.engine_priority": "high"}, "engine_priority: sets the stream of the asynchronous producer"),
+    ({"async_training.enable": "true", "rollout.hf_weight_copy": "true", "async_training.engine_priority": "high",
+      "device": "cpu"}, "engine_priority: high is a CUDA stream priority and device is cpu"),
+    ({"async_training.engine_priority": "low"}, "async_training.engine_priority"),
+])
+def test_engine_priority_is_refused_where_it_means_nothing(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, small_overrides(tmp_path, **extra))
+
+
+def test_engine_stream_helpers_do_nothing_at_normal_priority_or_off_cuda():
+    """The producer's stream, the update's event and the wait are CUDA-only, and only at high priority
+    (on CUDA: tests/test_gpu_vllm.py's streaming run with engine_priority high)."""
+    from verl.trainer.engine_stream import producer_stream, update_event, wait_for
+
+    for device, priority in (("cpu", "high"), ("cpu", "normal"), ("cuda", "normal")):
+        with producer_stream(device, priority) as stream:
+            assert stream is None
+        assert update_event(device, priority) is None
+    wait_for(None)  # no event: nothing to wait for

@@ -453,7 +453,7 @@ cfg = config_from_dict({
     "rollout": {"name": "vllm", "n": 4, "max_new_tokens": 32, "tis_cap": 2.0, "enforce_eager": True,
                 "gpu_memory_utilization": 0.2},
     "training": {"total_steps": 5, "batch_size": 4, "lr": 1e-2},
-    "async_training": {"enable": True, "max_staleness": 1, "streaming": True},
+    "async_training": {"enable": True, "max_staleness": 1, "streaming": True, "engine_priority": "__PRIORITY__"},
     "logging": {"backends": [], "progress_bar": False},
     "checkpoint": {"save_dir": out},
 })
@@ -466,16 +466,30 @@ for _ in range(5):
                  "last": [e["policy_version_last"] for e in ex],
                  **{k: float(m[k]) for k in ("rollout/logprob_diff", "actor/pg_loss", "async/staleness_max",
                                              "async/stream_prefetched", "async/stream_switched_samples")}})
+import torch
+stream = trainer.experience.engine_cuda_stream
+rows[0]["producer_stream_priority"] = None if stream is None else stream.priority
+rows[0]["greatest_priority"] = torch.cuda.Stream.priority_range()[1] if device == "cuda" else None
 trainer.hooks.close()
 print("ROWS " + json.dumps(rows))
 """
 
 
-def test_async_streaming_trains_five_steps_within_the_bound_on_cuda(tmp_path, llama_path):
+@pytest.mark.parametrize("priority", ["normal", "high"])
+def test_async_streaming_trains_five_steps_within_the_bound_on_cuda(tmp_path, llama_path, priority):
     """async_training.streaming with max_staleness 1 on the GPU: batch i + 1 enters the engine while
     batch i generates; every sample's versions lie within the bound, the trained losses are finite, and
-    a batch generated entirely by the current weights has the engine's log-probs close to the actor's."""
-    rows = _script_rows(STREAM_SCRIPT, llama_path, tmp_path)
+    a batch generated entirely by the current weights has the engine's log-probs close to the actor's.
+    With engine_priority high the producer runs on a stream of the greatest priority, and its weight
+    syncs wait for the update's end on the GPU: the log-prob check above would catch weights read
+    mid-update."""
+    if priority == "high" and DEVICE != "cuda":
+        pytest.skip("engine_priority: high is a CUDA stream priority")
+    rows = _script_rows(STREAM_SCRIPT.replace("__PRIORITY__", priority), llama_path, tmp_path)
+    if priority == "high":
+        assert rows[0]["producer_stream_priority"] == rows[0]["greatest_priority"], rows[0]
+    else:
+        assert rows[0]["producer_stream_priority"] is None, rows[0]
     for r in rows:
         assert all(r["step"] - 1 <= f <= v <= r["step"] for f, v in zip(r["first"], r["last"])), r
         assert r["async/staleness_max"] == r["step"] - min(r["first"]) and abs(r["actor/pg_loss"]) < 1e6, r

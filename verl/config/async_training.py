@@ -27,3 +27,6 @@ class AsyncTrainingConfig(Section):
     # (extra["policy_version"] / ["policy_version_last"] per sample). Needs max_staleness > 0 to overlap
     # anything (at 0 batch k+1 waits for update k, as without it). Turns the engine's prefix cache off.
     streaming: bool = key(False, resume_safe=True)
+    # The CUDA stream priority of the producer's engine work (verl/trainer/engine_stream.py): normal, or high
+    # (the engine's decode kernels are scheduled ahead of the update's on the shared GPU). CUDA only.
+    engine_priority: str = key("normal", choices=("normal", "high"), resume_safe=True)

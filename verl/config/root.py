@@ -179,6 +179,9 @@ def check_cross_sections(cfg: Config) -> None:
     elif cfg.async_training.streaming:
         raise ConfigError("async_training.streaming: is a mode of asynchronous training; set "
                           "async_training.enable: true (or streaming: false)")
+    elif cfg.async_training.engine_priority != "normal":
+        raise ConfigError("async_training.engine_priority: sets the stream of the asynchronous producer; set "
+                          "async_training.enable: true (or engine_priority: normal)")
     if ck.save_mode == "lora" and m.lora.rank == 0:
         raise ConfigError("checkpoint.save_mode: 'lora' needs model.lora.rank > 0")
     if ck.save_dir is None:
@@ -214,6 +217,12 @@ def _check_async(cfg: Config) -> None:
                           "rollout.environment) yet: their turns are generated whole; set it to false")
     if cfg.async_training.streaming:
         _check_streaming(cfg)
+    if cfg.async_training.engine_priority == "high" and not _on_gpu(cfg):
+        raise ConfigError(f"async_training.engine_priority: high is a CUDA stream priority and device is "
+                          f"{cfg.device}{' (no CUDA GPU here)' if cfg.device == 'auto' else ''}; set it to normal")
+    if cfg.async_training.engine_priority == "high" and cfg.distributed.backend == "ray":
+        raise ConfigError("async_training.engine_priority: high is for the driver's own engine thread, not under "
+                          "distributed.backend: ray; set it to normal")
     if cfg.async_training.max_staleness > 0 and r.name == "hf" and not r.hf_weight_copy:
         raise ConfigError("async_training.max_staleness: > 0 generates while the actor trains, so the engine needs "
                           "weights of its own: set rollout.hf_weight_copy: true (or rollout.name: vllm), or "

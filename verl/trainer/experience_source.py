@@ -32,6 +32,7 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.partial import generate_in_segments
+from verl.trainer.engine_stream import producer_stream, update_event, wait_for
 from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep
 
 
@@ -104,6 +105,9 @@ class AsyncExperience:
         self.t = trainer
         cfg = trainer.config.async_training
         self.k, self.timeout_s = cfg.max_staleness, cfg.timeout_s
+        self.priority = cfg.engine_priority  # the CUDA stream of the producer's engine work (engine_stream.py)
+        self.update_done = None  # CUDA event of the last update's end, where the producer has a stream of its own
+        self.engine_cuda_stream = None  # the producer's own CUDA stream (engine_priority: high), once it runs
         self.engine = _LockedEngine(trainer.rollout, threading.RLock())
         self.lock = threading.Lock()  # guards `drawn` (and the loader's position with it)
         trainer.rollout = self.engine  # validation goes through the lock too
@@ -127,11 +131,17 @@ class AsyncExperience:
     def _start(self) -> None:
         self.weights_version = self.t.global_step
         self.next_index = self.t.global_step
-        self.thread = threading.Thread(target=self._produce, name="verl-async-rollout", daemon=True)
+        self.thread = threading.Thread(target=self._producer_main, name="verl-async-rollout", daemon=True)
         generate = self._producer_generate()
         if generate is not None:  # set before the thread starts: its first generation goes through it
             self.engine.segmented = (self.thread, generate)
         self.thread.start()
+
+    def _producer_main(self) -> None:
+        """The producer thread: `_produce` on the CUDA stream its engine work runs on."""
+        with producer_stream(self.t.device, self.priority) as stream:
+            self.engine_cuda_stream = stream  # None: the stream the engine picks (normal priority)
+            self._produce()
 
     def _producer_generate(self):
         """The producer thread's own engine.generate(engine, prompts, sampling), or None for the plain one."""
@@ -145,6 +155,7 @@ class AsyncExperience:
         try:
             version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
             if self.synced != version:
+                wait_for(self.update_done)  # a stream of its own: after the update's last kernels
                 self.engine.sync_weights(self.t.actor.model)
                 self.synced = version
         finally:
@@ -247,6 +258,7 @@ class AsyncExperience:
     def updating(self):
         with self.updating_lock:
             yield
+            self.update_done = update_event(self.t.device, self.priority)
             self.weights_version += 1
 
     def after_update(self) -> None:
