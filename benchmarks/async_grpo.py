@@ -195,6 +195,9 @@ def run_system(args, system: str) -> dict:
                               "engine_call": m.get("rollout/engine_call_s")})
                 timings.append({k: v for k, v in m.items() if k.startswith(DETAIL) and isinstance(v, (int, float))})
             last = now
+        actor = trainer.actor  # how the update ran: packed or padded, and its token budget per micro-batch
+        setup = {"packing_mode": getattr(actor, "packing_mode", None),
+                 "budget_tokens": getattr(getattr(actor, "budget", None), "tokens", None) or actor.micro.max_tokens}
     finally:
         busy.close()
         trainer.hooks.close()
@@ -212,7 +215,7 @@ def run_system(args, system: str) -> dict:
             **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS},
             "engine_call_s": _mean(p["engine_call"] for p in parts),
             **{k: _mean(p[k] for p in parts) for k in STREAM},
-            "stream_step_ms": _step_ms(parts),
+            "stream_step_ms": _step_ms(parts), **setup,
             # every stage and counter of the step (means over the timed steps), for the JSON only
             "detail": {k: _mean(t.get(k) for t in timings) for k in sorted({k for t in timings for k in t})}}
 
@@ -398,7 +401,7 @@ def report(args, argv: list, rows: list, final: bool) -> None:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
                 "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "engine_call_s",
-                *STREAM, "stream_step_ms", "error"]
+                *STREAM, "stream_step_ms", "packing_mode", "budget_tokens", "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")
