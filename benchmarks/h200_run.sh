@@ -94,7 +94,9 @@
 #     async-tail (~200 s; op tables in async_grpo_tail_sync_profile.txt, actor/micro_batches and
 #     memory/alloc_retries/* in the JSON's detail). In the same call, a hypothesis to test: the derived token budget
 #     (one ~59k-token micro-batch) runs the update at the memory limit; ASYNC_TAIL_TAG=_b16k ASYNC_TAIL_EXTRA="--verl-set
-#     training.max_tokens_per_micro_batch=16384" with the sync system. Also async-k1-stream with
+#     training.max_tokens_per_micro_batch=16384" with the sync system, and one with training.old_log_probs_from_update=
+#     false (the update then skips the entropy pass pi_old needs; e2e-b's update is 2.4x the isolated actor
+#     benchmark's time per token at equal lengths, so padding alone does not explain it). Also async-k1-stream with
 #     ASYNC_TAIL_EXTRA="--verl-set async_training.engine_priority=high" (engine steps beside the update: 9.1 ms at
 #     normal priority); VLLM_K=streaming_trains tests-k runs its GPU test ([high], never run). Then, with the update
 #     fixed, sync + async-k1-stream again (target 1.3x)
