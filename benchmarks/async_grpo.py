@@ -192,7 +192,9 @@ def run_system(args, system: str) -> dict:
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
                 stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
                 parts.append({**{k: m.get(f"timing_s/{k}") for k in PARTS}, **{k: m.get(f"async/{k}") for k in STREAM},
-                              "engine_call": m.get("rollout/engine_call_s")})
+                              "engine_call": m.get("rollout/engine_call_s"),
+                              # one engine call per batch: it steps once per token of the batch's longest response
+                              "longest": int(b.attention_mask[:, b.prompt_length:].sum(dim=1).max())})
                 timings.append({k: v for k, v in m.items() if k.startswith(DETAIL) and isinstance(v, (int, float))})
             last = now
         actor = trainer.actor  # how the update ran: packed or padded, and its token budget per micro-batch
@@ -215,7 +217,7 @@ def run_system(args, system: str) -> dict:
             **{f"{k}_s": _mean(p[k] for p in parts) for k in PARTS},
             "engine_call_s": _mean(p["engine_call"] for p in parts),
             **{k: _mean(p[k] for p in parts) for k in STREAM},
-            "stream_step_ms": _step_ms(parts), **setup,
+            "engine_step_ms": _step_ms(parts), **setup,
             # every stage and counter of the step (means over the timed steps), for the JSON only
             "detail": {k: _mean(t.get(k) for t in timings) for k in sorted({k for t in timings for k in t})}}
 
@@ -260,9 +262,15 @@ def _side_file(args, name: str) -> str:
 
 
 def _step_ms(parts):
-    """Milliseconds per engine step of the streaming collects (None without streaming)."""
+    """Milliseconds per engine step: the streaming collects' counted steps; without streaming, a batch per
+    engine call (sync, plain async), whose call steps once per token of the batch's longest response (step 1
+    prefills and draws token 1), so its engine seconds over that length."""
     steps = sum(p["stream_steps"] or 0 for p in parts)
-    return round(1000 * sum(p["stream_step_s"] or 0 for p in parts) / steps, 2) if steps else None
+    if steps:
+        return round(1000 * sum(p["stream_step_s"] or 0 for p in parts) / steps, 2)
+    calls = [p for p in parts if p["engine_call"] is not None]
+    steps = sum(p["longest"] for p in calls)
+    return round(1000 * sum(p["engine_call"] for p in calls) / steps, 2) if steps else None
 
 
 def _mean(values):
@@ -401,7 +409,7 @@ def report(args, argv: list, rows: list, final: bool) -> None:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
                 "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "engine_call_s",
-                *STREAM, "stream_step_ms", "packing_mode", "budget_tokens", "error"]
+                *STREAM, "engine_step_ms", "packing_mode", "budget_tokens", "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")

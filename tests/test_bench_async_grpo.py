@@ -69,3 +69,15 @@ def test_verl_set_overrides_come_last_and_win():
     over = async_grpo._overrides(args, "async-k1-stream", "/tmp/out")
     assert over[-2:] == ["training.micro_batch_size=2", "training.max_tokens_per_micro_batch=16384"]
     assert "training.micro_batch_size=32" in over  # the benchmark's own (4 x 8), overridden by the later one
+
+
+def test_engine_step_ms_from_counted_steps_or_the_longest_response():
+    # streaming: counted steps, (0.5 + 0.3) s over (100 + 60) steps = 5.0 ms
+    stream = [{"stream_steps": 100, "stream_step_s": 0.5, "engine_call": 0.9, "longest": 80},
+              {"stream_steps": 60, "stream_step_s": 0.3, "engine_call": 0.4, "longest": 50}]
+    assert async_grpo._step_ms(stream) == 5.0
+    # a batch per engine call: one step per token of the longest response, (2.0 + 1.0) s over (1000 + 200) = 2.5 ms
+    calls = [{"stream_steps": None, "stream_step_s": None, "engine_call": 2.0, "longest": 1000},
+             {"stream_steps": None, "stream_step_s": None, "engine_call": 1.0, "longest": 200}]
+    assert async_grpo._step_ms(calls) == 2.5
+    assert async_grpo._step_ms([{"stream_steps": None, "engine_call": None, "longest": 5}]) is None
