@@ -7,7 +7,7 @@
 
 normal (the default): the engine runs on the stream it picks in the producer thread (vLLM makes one per
 thread), and its kernels compete for the GPU's SMs with the update's on equal terms. On the H200 an engine
-step took 3.6-4.2 ms alone and 9.1 ms beside the update (session 8, docs/async.md).
+step took 3.6-5.0 ms alone and 9.1 ms beside the update (session 8, docs/async.md).
 
 high: the producer thread runs on a stream of the device's highest priority, so the GPU's block scheduler
 starts the engine's small decode kernels ahead of the update's waiting blocks. The weight sync then runs
