@@ -198,7 +198,7 @@ def run_system(args, system: str) -> dict:
                 timings.append({k: v for k, v in m.items() if k.startswith(DETAIL) and isinstance(v, (int, float))})
             last = now
         actor = trainer.actor  # how the update ran: packed or padded, and its token budget per micro-batch
-        setup = {"packing_mode": getattr(actor, "packing_mode", None),
+        setup = {"model_dtype": cfg.model.dtype, "packing_mode": getattr(actor, "packing_mode", None),
                  "budget_tokens": getattr(getattr(actor, "budget", None), "tokens", None) or actor.micro.max_tokens}
     finally:
         busy.close()
@@ -409,7 +409,7 @@ def report(args, argv: list, rows: list, final: bool) -> None:
                 r["x_sync"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         cols = ["system", "step_s", "step_s_median", "tokens_per_s", "x_sync", "gpu_busy", "resp_len_median", "resp_len_max",
                 "staleness_max", "prefetched", "switched", *[f"{k}_s" for k in PARTS], "engine_call_s",
-                *STREAM, "engine_step_ms", "packing_mode", "budget_tokens", "error"]
+                *STREAM, "engine_step_ms", "model_dtype", "packing_mode", "budget_tokens", "error"]
         why = next((r.get("gpu_busy_note") for r in rows if r.get("gpu_busy_note")), None)
         if why:
             print(f"gpu_busy not measured: {why}")

@@ -159,3 +159,26 @@ def test_packing_auto_is_packed_on_a_gpu_and_padded_elsewhere(monkeypatch):
     assert cfg.training.use_packed_samples is False and not getattr(cfg.training, "packed_by_default", False)
     cfg = load_config(None, ["device=cuda", "training.use_packed_samples=true"])
     assert cfg.training.use_packed_samples is True and not getattr(cfg.training, "packed_by_default", False)
+
+
+def test_model_dtype_auto_is_bfloat16_on_a_bf16_gpu_and_float32_elsewhere(monkeypatch):
+    import torch
+
+    from verl.config import root
+
+    cfg = load_config(None, ["device=cpu"])
+    assert cfg.model.dtype == "float32" and not getattr(cfg.model, "dtype_note", "")  # the CPU: silent
+    monkeypatch.setattr(root, "_gpu_has_bf16", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg = load_config(None)
+    assert cfg.model.dtype == "bfloat16" and "auto -> bfloat16" in cfg.model.dtype_note
+    assert load_config(None, ["model.dtype=float32"]).model.dtype == "float32"  # an explicit choice stays
+    assert load_config(None, ["device=cpu"]).model.dtype == "float32"  # device cpu beside a GPU
+    # mixed_precision: param_copy needs a 16-bit dtype: auto passes on the GPU, and is refused once
+    # it resolves to float32 on the CPU, naming the key
+    assert load_config(None, ["model.mixed_precision=param_copy"]).model.dtype == "bfloat16"
+    with pytest.raises(ConfigError, match="model.mixed_precision: param_copy"):
+        load_config(None, ["device=cpu", "model.mixed_precision=param_copy"])
+    monkeypatch.setattr(root, "_gpu_has_bf16", lambda: False)  # an older GPU
+    cfg = load_config(None)
+    assert cfg.model.dtype == "float32" and "no bfloat16 support" in cfg.model.dtype_note

@@ -534,8 +534,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.fsdp_config.param_offload", ignored("parameter offload: memory only")),
     (f"{ACTOR}.fsdp_config.optimizer_offload", to("training.offload_optimizer", as_bool, note="memory only")),
     (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(_param_dtype, "model.dtype",
-                                                                note="bf16/fp16/fp32; not given: float32 here "
-                                                                     "(real verl computes in bf16)")),
+                                                                note="bf16/fp16/fp32; not given: `auto` here, bf16 on "
+                                                                     "a GPU as real verl, float32 on the CPU")),
     (f"{ACTOR}.optim.lr", to("training.lr", as_float, default=1e-6)),
     (f"{ACTOR}.optim.weight_decay", to("training.weight_decay", as_float, default=0.01, note="AdamW; actor and critic")),
     (f"{ACTOR}.optim.betas", only([0.9, 0.999], why="other Adam betas")),

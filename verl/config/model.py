@@ -28,7 +28,10 @@ class ModelConfig(Section):
     name: str = "tiny:gpt2"
     tokenizer: Optional[str] = None  # defaults to `name`
     gguf_file: Optional[str] = None  # a .gguf file inside `name` (or an absolute path)
-    dtype: str = key("float32", choices="verl.models.loading:DTYPES")  # parameters of the trained copy
+    # The compute dtype of the trained copy (master weights stay float32; see mixed_precision) and the
+    # engine's dtype. auto: bfloat16 on a CUDA device that supports it (what real verl and TRL compute
+    # in), float32 elsewhere (the CPU, where bf16 matmuls are slower and rounding hurts tiny models).
+    dtype: str = key("auto", choices="verl.models.loading:DTYPE_CHOICES")
     use_flash_attention: bool = key(False, resume_safe=True)  # flash_attention_2 when installed, else an error
     # auto | sdpa | eager | flash_attention_2. auto: PyTorch SDPA, except eager attention for
     # bfloat16/float16 on the CPU, where SDPA's flash backward is ~2.5x slower than eager's matmuls
@@ -52,7 +55,7 @@ class ModelConfig(Section):
             raise ConfigError(f"{path}.use_flash_attention: true contradicts {path}.attn_implementation: "
                               f"{self.attn_implementation}; keep one of them")
         if self.mixed_precision == "param_copy":
-            if self.dtype not in ("bfloat16", "float16"):
+            if self.dtype not in ("bfloat16", "float16", "auto"):  # auto: checked again once resolved
                 raise ConfigError(f"{path}.mixed_precision: param_copy computes in model.dtype, which is "
                                   f"{self.dtype}; set model.dtype: bfloat16 (or mixed_precision: autocast)")
             if self.lora.rank > 0:

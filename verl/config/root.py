@@ -100,6 +100,29 @@ def _default_engine(cfg: Config) -> tuple[str, str]:
     return "vllm", "rollout.name: auto -> vllm (a CUDA device and vLLM are here; rollout.name: hf to choose HF)"
 
 
+def _default_dtype(cfg: Config) -> tuple[str, str]:
+    """model.dtype: auto -> (dtype, the line the trainer logs): bfloat16 autocast over float32 master
+    weights on a CUDA device with bf16 support (real verl's and TRL's default compute), float32 on the
+    CPU (bf16 matmuls are slower there, and its rounding hurts the tiny models CPU runs use)."""
+    if not _on_gpu(cfg):
+        return "float32", ""
+    if _gpu_has_bf16():
+        return "bfloat16", ("model.dtype: auto -> bfloat16 on the GPU (autocast over float32 master weights; "
+                            "model.dtype: float32 to compute in float32)")
+    return "float32", "model.dtype: auto -> float32 (no bfloat16 support on this GPU)"
+
+
+def _gpu_has_bf16() -> bool:
+    """Whether the visible CUDA device computes in bfloat16 (Ampere or newer). A device: cuda asked for
+    where there is none is the trainer's error to report (verl.models.loading.resolve_device), not this."""
+    import torch
+
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    except (AssertionError, RuntimeError):  # a CPU-only build of torch: no CUDA device to ask
+        return False
+
+
 def _check_sglang(cfg: Config) -> None:
     """SGLang runs on CUDA only and is an extra of its own: say so when the config loads, not at
     the first step (no fallback to another engine)."""
@@ -124,6 +147,9 @@ def check_cross_sections(cfg: Config) -> None:
     from verl.algorithms.advantages import ESTIMATORS
 
     m, r, a, t, d, ck = cfg.model, cfg.rollout, cfg.algorithm, cfg.training, cfg.data, cfg.checkpoint
+    if m.dtype == "auto":
+        m.dtype, m.dtype_note = _default_dtype(cfg)
+        m.validate("model")  # the rules that depend on the dtype (mixed_precision: param_copy)
     if r.name == "auto":
         r.name, r.auto_note = _default_engine(cfg)
     if r.name == "sglang":

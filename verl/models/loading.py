@@ -19,6 +19,7 @@ from verl.errors import ConfigError
 from verl.models.tiny import resolve_model_name
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_CHOICES = ("auto", *DTYPES)  # model.dtype: auto is resolved by the config (verl.config.root)
 
 
 class ModelLoadError(ConfigError):
