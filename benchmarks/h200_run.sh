@@ -89,18 +89,12 @@
 # Seen on 2026-12-02 04:13-04:40 (session 8, one machine, 1,642 s of device time): staging 7 parts ~40 s, install 30,
 # versions 30, async-tail (sync + async-k1-stream) 341, one streaming system alone 108-114, async-k1 alone 146, tests
 # 236 (13 passed), cuda-tests 99 (31 passed), e2e-a 217 (2.31x), tests-k streaming_trains 70.
-# What is still to run (as of 2026-12-02 05:00 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   #21: why the long-tail update takes 5.2 s (59k tokens, 135M): ASYNC_TAIL_SYSTEMS=sync ASYNC_TAIL_EXTRA="--profile 1"
-#     async-tail (~200 s; op tables in async_grpo_tail_sync_profile.txt, actor/micro_batches and
-#     memory/alloc_retries/* in the JSON's detail). In the same call, a hypothesis to test: the derived token budget
-#     (one ~59k-token micro-batch) runs the update at the memory limit; ASYNC_TAIL_TAG=_b16k ASYNC_TAIL_EXTRA="--verl-set
-#     training.max_tokens_per_micro_batch=16384" with the sync system, and one with training.old_log_probs_from_update=
-#     false (the update then skips the entropy pass pi_old needs; e2e-b's update is 2.4x the isolated actor
-#     benchmark's time per token at equal lengths, so padding alone does not explain it). Also async-k1-stream with
-#     ASYNC_TAIL_EXTRA="--verl-set async_training.engine_priority=high" (engine steps beside the update: 9.1 ms at
-#     normal priority); VLLM_K=streaming_trains tests-k runs its GPU test ([high], never run). Then, with the update
-#     fixed, sync + async-k1-stream again (target 1.3x)
-#   #19: e2e-b (~450 s), e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
+# Seen on 2026-12-02 05:53-06:08 (session 9, 730a5b9): async-tail with 3 systems 246 s, tests-k streaming_trains
+# (normal + high) 83, cuda-tests 66 (35 passed), e2e-b 262 (1.68x). A refused start costs ~90 s of device time.
+# What is still to run (as of 2026-12-02 06:15 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   #21 (met in session 9: 1.66x at staleness 1 in bf16): the speed of async_training.engine_priority=high,
+#     ASYNC_TAIL_SYSTEMS=async-k1-stream ASYNC_TAIL_EXTRA="--verl-set async_training.engine_priority=high" async-tail
+#   #19: e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
 #     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
 #     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
