@@ -29,4 +29,5 @@ class AsyncTrainingConfig(Section):
     streaming: bool = key(False, resume_safe=True)
     # The CUDA stream priority of the producer's engine work (verl/trainer/engine_stream.py): normal, or high
     # (the engine's decode kernels are scheduled ahead of the update's on the shared GPU). CUDA only.
+    # Measured slower on the H200 (0.75x normal, one run each; docs/async.md): for experiments.
     engine_priority: str = key("normal", choices=("normal", "high"), resume_safe=True)
