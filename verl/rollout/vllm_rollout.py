@@ -193,7 +193,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             stop=list(sampling.stop) or None,
             include_stop_str_in_output=True,  # the stop text stays in the response (base.py)
             seed=seed,
-            logprobs=0,  # the sampled token's own log-prob only
+            logprobs=0 if sampling.log_probs else None,  # the sampled token's own log-prob only, when read
             flat_logprobs=True,  # plain lists instead of one dict + Logprob object per token
             detokenize=bool(sampling.stop),  # text comes from assemble_rollout; stop strings need it
             **self.extra_sampling_kwargs,
@@ -238,7 +238,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         samples adjacent); `marks`: the perf_counter times of the generate's start and of the engine
         call's start and end (the rollout/* split of `metrics()`). Also used by the streaming driver
         (verl/rollout/vllm_stream.py), which collects the outputs itself."""
-        responses, log_probs, finished = [], [], []
+        responses, finished = [], []
+        log_probs = [] if sampling.log_probs else None  # None: not asked for (SamplingParams.log_probs)
         for out in outputs:
             samples = out.outputs
             if any(s.index != j for j, s in enumerate(samples)):
@@ -246,12 +247,13 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             for sample in samples:
                 toks = sample.token_ids
                 toks = toks if isinstance(toks, list) else list(toks)
-                flat = sample.logprobs  # FlatLogprobs: with logprobs=0, one entry per position
-                lps = flat.logprobs
-                if len(lps) != len(toks) or flat.token_ids[:len(toks)] != toks:
-                    raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
+                if log_probs is not None:
+                    flat = sample.logprobs  # FlatLogprobs: with logprobs=0, one entry per position
+                    lps = flat.logprobs
+                    if len(lps) != len(toks) or flat.token_ids[:len(toks)] != toks:
+                        raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
+                    log_probs.append(lps if isinstance(lps, list) else list(lps))
                 responses.append(toks)
-                log_probs.append(lps if isinstance(lps, list) else list(lps))
                 finished.append(sample.finish_reason == "stop")
         parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
         batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,

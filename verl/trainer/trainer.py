@@ -12,6 +12,7 @@ reads like the algorithm.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -61,6 +62,7 @@ class Trainer:
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
                                            functions=self.inputs.functions)
         self.sampling = SamplingParams.from_config(cfg.rollout)
+        self._first_rollout_step = None  # the first step this process generated for (a stale-weights check)
         self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling)  # the algorithm's special cases
         # The roles, in this process or as Ray worker groups: the same methods either way.
         self.backend = build_backend(cfg)
@@ -131,13 +133,26 @@ class Trainer:
 
     def _sample_and_score(self, prompts: Batch, reward_metrics: dict) -> Batch:
         """One generation and its scores; the reward metrics of the last call land in `reward_metrics`."""
-        batch = self.rollout.generate(prompts, self.sampling)
+        batch = self.rollout.generate(prompts, self._step_sampling())
         batch.scores, scored = self.score(batch)
         self.algorithm.extra_rollouts(prompts, batch, self.rollout, self.score)
         scored.update(self.algorithm.shape_scores(batch, self.sampling.max_new_tokens))
         reward_metrics.clear()
         reward_metrics.update(scored)
         return batch
+
+    def _step_sampling(self) -> SamplingParams:
+        """self.sampling, with the engine's log-probs left out on the training steps that
+        rollout.logprob_check_every skips (where the loss does not read them). One decision per step
+        (DAPO's extra draws concatenate with the first): steps 1, k + 1, 2k + 1, ... and the first
+        step of each process (after a resume) check the engine's weights."""
+        r = self.config.rollout
+        if r.logprob_check_every == 1 or r.engine_log_probs_every_step(self.config.async_training.enable):
+            return self.sampling
+        if self._first_rollout_step is None:
+            self._first_rollout_step = self.global_step
+        check = self.global_step == self._first_rollout_step or self.global_step % r.logprob_check_every == 0
+        return dataclasses.replace(self.sampling, log_probs=check)
 
     @stage("reward")
     def score(self, batch: Batch):

@@ -42,6 +42,7 @@ class Validator:
     def _sampling(self, greedy: bool, n: int) -> SamplingParams:
         s = SamplingParams.from_config(self.trainer.config.rollout)
         s.greedy, s.n = greedy, n
+        s.log_probs = False  # nothing reads them here: vLLM skips computing them
         return s
 
     @torch.no_grad()

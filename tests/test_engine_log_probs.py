@@ -1,0 +1,61 @@
+"""Which training steps ask the engine for its log-probs (rollout.logprob_check_every), and the
+Batch an engine builds without them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from verl import load_config
+from verl.batch import Batch
+from verl.rollout.base import SamplingParams, assemble_rollout
+from verl.trainer.trainer import Trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import common  # noqa: E402  (benchmarks/common.py: a synthetic tokenizer, no download)
+
+
+def _asked(overrides: list[str], steps: list[int]) -> list[bool]:
+    """SamplingParams.log_probs of Trainer._step_sampling at each global_step (completed steps) in
+    `steps`, for one process that starts at steps[0] (a resume when > 0)."""
+    cfg = load_config(None, ["device=cpu", *overrides])
+    fake = types.SimpleNamespace(config=cfg, sampling=SamplingParams.from_config(cfg.rollout), _first_rollout_step=None)
+    out = []
+    for g in steps:
+        fake.global_step = g
+        out.append(Trainer._step_sampling(fake).log_probs)
+    return out
+
+
+def test_every_step_by_default_and_every_kth_with_the_key():
+    assert _asked([], [0, 1, 2, 3]) == [True] * 4  # the default: 1, every step
+    # k = 3: the rollouts of steps 1, 4, 7 (global_step 0, 3, 6 completed before them)
+    assert _asked(["rollout.logprob_check_every=3"], list(range(7))) == [True, False, False, True, False, False, True]
+    # a resumed process checks its first step, then keeps the run's own rhythm
+    assert _asked(["rollout.logprob_check_every=3"], [4, 5, 6, 7]) == [True, False, True, False]
+
+
+@pytest.mark.parametrize("extra", [["async_training.enable=true", "rollout.hf_weight_copy=true"],
+                                   ["rollout.tis_cap=2.0"], ["rollout.tools=[calculator]"]])
+def test_every_step_where_the_loss_reads_them(extra):
+    # async training (behaviour log-probs), the importance correction, multi-turn trajectories
+    assert _asked(["rollout.logprob_check_every=3", *extra], [0, 1, 2]) == [True, True, True]
+
+
+def test_a_batch_without_engine_log_probs():
+    tok = common.synthetic_tokenizer(1000)
+    prompts = Batch(input_ids=torch.tensor([[0, 3], [4, 9]]), attention_mask=torch.tensor([[0, 1], [1, 1]]))
+    batch = assemble_rollout(prompts, [[5, 6, 7], [8]], None, tok, 8, finished=[False, False])
+    assert batch.rollout_log_probs is None
+    # the rest as with log-probs: row 0 = pad prompt, 3 | 5 6 7; row 1 = 4 9 | 8 pad
+    assert batch.input_ids[:, :3].tolist() == [[0, 3, 5], [4, 9, 8]]
+    assert batch.response_mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
+    with_lp = assemble_rollout(prompts, [[5, 6, 7], [8]], [[-0.5, -0.25, -1.0], [-2.0]], tok, 8,
+                               finished=[False, False])
+    assert torch.equal(with_lp.input_ids, batch.input_ids) and torch.equal(with_lp.position_ids, batch.position_ids)
