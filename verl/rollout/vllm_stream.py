@@ -79,7 +79,8 @@ class VLLMStream:
         if self.engine.asleep:
             self.engine.wake_up()
         requests, params = self.engine.build_requests(prompts, sampling)
-        ticket = Ticket(next(self._ids), prompts, sampling, self.version, outputs=[None] * len(requests), last_versions=[None] * len(requests), left=len(requests))
+        ticket = Ticket(next(self._ids), prompts, sampling, self.version, outputs=[None] * len(requests),
+                        last_versions=[None] * len(requests), left=len(requests))
         added = []
         try:
             for j, (request, p) in enumerate(zip(requests, params)):

@@ -6,14 +6,15 @@
     wait_for(done)                          # the producer thread, before it reads the new weights
 
 normal (the default): the engine runs on the stream it picks in the producer thread (vLLM makes one per
-thread), and its kernels compete for the GPU's SMs with the update's on equal terms. On the H200 an engine
-step took 3.6-5.0 ms alone and 9.1 ms beside the update (session 8, docs/async.md).
+thread), and its kernels compete for the GPU's SMs with the update's on equal terms. On the H200 (bf16) an
+engine step took 2.96 ms alone and 3.75 ms beside the update (session 9, docs/async.md).
 
 high: the producer thread runs on a stream of the device's highest priority, so the GPU's block scheduler
 starts the engine's small decode kernels ahead of the update's waiting blocks. The weight sync then runs
 on a stream the update's is not ordered with: the trainer records an event when an update ends and the
 producer's stream waits for it before it reads the weights. (At normal priority the update's own host
 reads of its metrics, after the optimizer step, already finish its kernels before the lock is released.)
+Measured slower than normal on the H200 (3.43 against 2.56 s a step at staleness 1, one run each): opt-in.
 
 Why by hand: PyTorch gives the stream and its priority; which thread's work goes on it is verl's choice.
 """
