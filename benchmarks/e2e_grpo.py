@@ -46,8 +46,9 @@ Systems:
                      folder, --real-verl-pythonpath, which is the ONLY entry of that process's PYTHONPATH (its
                      package is also called `verl`); it runs from a temporary folder, never this checkout.
                      Step time and stages come from its console logger (timing_s/step; timing_s/gen ->
-                     rollout_s, update_actor, update_weights -> sync_s). NOT RUN YET: checked on a CPU only
-                     (tests/test_bench_real_verl.py: parquet files, reward, override line, log parsing); the
+                     rollout_s, update_actor, update_weights -> sync_s). Ran on the H200 on 2026-12-02 (work (a):
+                     9.95 s/step against verl's 1.15); CPU-tested in tests/test_bench_real_verl.py (parquet
+                     files, reward, override line, log parsing); the
                      real-verl facts it relies on are read from the verl-0.9.1 wheel's sources, named beside
                      `real_verl_overrides`. flash-attn has no PyPI wheel, so the actor runs SDPA attention
                      without remove-padding; --real-verl-set appends Hydra overrides to try other settings
@@ -71,7 +72,7 @@ work around it (requests, results, the Batch); the rest of rollout_s is scoring 
     python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-7b --lora-rank 16 \
         --prompts 16 --group 8 --max-new-tokens 512                         # (c) LoRA
     python benchmarks/e2e_grpo.py --device cuda --systems real-verl verl-vllm --prompts 16 --group 8 \
-        --max-new-tokens 128 --real-verl-pythonpath /tmp/realverl          # (a) against the real verl (not run yet)
+        --max-new-tokens 128 --real-verl-pythonpath /tmp/realverl          # (a) against the real verl
 TRL is imported only by its worker, never by verl.
 """
 

@@ -22,7 +22,7 @@ REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
 # ---------------------------------------------------------------------------
 # real-verl: the PyPI `verl` 0.9.x (volcengine) through its own CLI, on the same work
 # ---------------------------------------------------------------------------
-# NOT RUN YET (no GPU when this was written). Every key below was read from the verl-0.9.1 wheel
+# Written without a GPU, first run on the H200 on 2026-12-02 (session 10; results below). Every key below was read from the verl-0.9.1 wheel
 # (`pip download --no-deps verl==0.9.1`, the version `verl[vllm]==0.9.*` resolves to):
 #   verl/trainer/config/_generated_ppo_trainer.yaml   the flattened default config (every key used exists there,
 #                                                     except the `+`-prefixed one, added to an empty dict)
@@ -51,9 +51,13 @@ REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
 # its ppo_trainer.yaml (struct mode, so every key exists; values land where meant); its RLHFDataset reads our
 # parquet and renders the prompts with REAL_VERL_CHAT_TEMPLATE to exactly our prompt tokens; its
 # load_extern_object loads the reward file. Not checked: anything that needs its Ray/vLLM/FSDP run.
-# Guesses, to be checked on the GPU: that SDPA without remove-padding is real verl's fastest path here (flash-attn,
-# which remove-padding wants, has no PyPI wheel, verl issue #6662); that a whole step fits one dynamic micro-batch;
-# that free_cache_engine=False with gpu_memory_utilization 0.5 leaves the actor enough memory; the float32 and LoRA keys.
+# Seen on the H200 (2026-12-02, work (a), benchmarks/results/h200/e2e_grpo_a_real_verl_console_2026-12-02_session10.log):
+# the override line ran as meant: a step's 26k tokens in one dynamic micro-batch (global_seqlen < 28800), the actor
+# beside vLLM at 0.5 of the GPU with free_cache_engine=False (its max_memory_allocated 32 GiB), bf16 mixed precision
+# over fp32 weights, FSDP1 (its default strategy), 9.95 s a step. Still guesses: that SDPA without remove-padding is
+# real verl's fastest path here (flash-attn, which remove-padding wants, has no PyPI wheel, verl issue #6662), and
+# that strategy=fsdp2 / use_fused_kernels would not change the ratio much (not tried: --real-verl-set); the float32
+# and LoRA keys (works (b) and (c) did not run on real verl).
 REAL_VERL_DATA_SOURCE = "e2e_grpo"
 # Renders the user message as plain text, as our verl (apply_chat_template false) and TRL see the prompt. No quotes
 # inside: the value travels as a single-quoted Hydra string.

