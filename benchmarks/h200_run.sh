@@ -105,6 +105,9 @@
 # 50, e2e-a-real 507 (real verl 9.95 s/step, verl 1.15: 8.65x), fetch 47 (with gguf), recipe-vllm at 2.25 minutes
 # 235, recipe-hf at 1.5 minutes 135.
 # What is still to run (as of 2026-12-02 07:55 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   first: VLLM_K="sleep_releases or three_steps" tests-k and cuda-tests (~160 s): after session 10's device calls the
+#     per-stage memory figures leave out a sleeping vLLM engine's pool (VLLMRollout.unbacked_bytes, stage_memory.py),
+#     CPU-tested only; item 6's per-phase peaks below depend on it
 #   #19: (1) item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b, big-full-qwen2.5-14b (each ~3-8 min with a random model's
 #     start). Not big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the
 #     device's disk is 64 GiB; (2) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10

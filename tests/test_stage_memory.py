@@ -20,6 +20,10 @@ class FakeCounters:
 
     def __init__(self, active=True):
         self.is_active, self.allocated, self._peak, self.used, self.retried = active, 0, 0, None, 0
+        self.unbacked_gib = 0  # of `allocated`: a sleeping engine's pool, still in torch's books
+
+    def unbacked(self):
+        return self.unbacked_gib * GIB
 
     def alloc(self, gib):
         self.allocated += gib * GIB
@@ -137,6 +141,80 @@ def test_device_memory_counts_for_every_open_stage_and_not_between_stages():
     timer.reset()
     timer("rollout", lambda: memory.observe_device(7 * GIB))
     assert timer.metrics()["memory_gb/device/rollout"] == 7
+
+
+def test_a_sleeping_engines_pool_is_not_counted_where_it_holds_no_memory():
+    """The hybrid engine on one GPU: the actor holds 10 GiB, the in-process vLLM engine's pool 70 GiB.
+    Sleep mode unmaps the pool between rollout and update, but its tensors stay allocated in torch's
+    books (torch still counts 80), so the raw peak counter would charge the update 120 GiB."""
+    c = FakeCounters()
+    c.alloc(10)  # the actor
+    c.alloc(70)  # the engine's pool, awake
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+
+    def rollout():  # awake: 80 + 3 of generation buffers = 83, all of it on the device
+        c.alloc(3)
+        c.free(3)
+
+    timer("rollout", rollout)
+    c.unbacked_gib = 70  # engine.sleep(), between stages: the pool's 70 GiB unmapped, torch still counts 80
+
+    def update():  # 80 + 40 = 120 in torch's books; on the device 10 + 40 = 50
+        c.alloc(40)
+        c.free(40)
+
+    timer("update_actor", update)
+
+    def sync():  # the wake-up inside the stage: the pool mapped again, then 1 GiB of reload buffers
+        c.unbacked_gib = 0
+        c.alloc(1)
+        c.free(1)
+
+    timer("update_weights", sync)  # 81, all of it on the device (unbacked 70 at entry, 0 at exit: 0 subtracted)
+
+    def last_rollout_then_sleep():  # a stage the engine falls asleep in, after its 83 GiB peak
+        c.alloc(3)
+        c.free(3)
+        c.unbacked_gib = 70
+
+    timer("rollout_and_sleep", last_rollout_then_sleep)  # 0 at entry, 70 at exit: 0 subtracted, 83 kept
+    m = timer.metrics()
+    assert m["memory_gb/rollout"] == 83 and m["memory_gb/update_actor"] == 50
+    assert m["memory_gb/update_weights"] == 81 and m["memory_gb/rollout_and_sleep"] == 83
+    assert m["memory_gb/step"] == 83  # not 120
+
+
+def test_unbacked_bytes_inside_a_nested_stage_fold_into_its_parent():
+    """update_actor (asleep all along, 70 unbacked of the 80 held) with a nested micro-batch stage: 80 + 5
+    before it, 80 + 5 + 20 inside it, 80 + 2 after: the device saw 10 + 5 + 20 = 35 at most."""
+    c = FakeCounters()
+    c.alloc(80)
+    c.unbacked_gib = 70
+    timer = StageTimer(StageMemory(c))
+    timer.reset()
+
+    def micro():
+        c.alloc(20)
+        c.free(20)
+
+    def update():
+        c.alloc(5)
+        timer("micro", micro)
+        c.free(5)
+        c.alloc(2)
+        c.free(2)
+
+    timer("update_actor", update)
+    m = timer.metrics()
+    assert m["memory_gb/micro"] == 35 and m["memory_gb/update_actor"] == 35
+
+
+def test_cuda_counters_read_the_unbacked_bytes_they_are_given():
+    from verl.trainer.stage_memory import CudaCounters
+
+    assert CudaCounters("cuda").unbacked() == 0  # no engine in this process: nothing to subtract
+    assert CudaCounters("cuda", unbacked=lambda: 3 * GIB).unbacked() == 3 * GIB
 
 
 def test_nothing_is_read_off_cuda():

@@ -63,6 +63,12 @@ class RolloutEngine(abc.ABC):
     def wake_up(self) -> None:
         """Re-acquire generation memory before the next `generate`."""
 
+    def unbacked_bytes(self) -> int:
+        """Bytes this process's torch allocator counts as allocated that have no device memory behind
+        them now: an in-process engine's memory pool released by sleep mode. The per-stage memory figures
+        (verl/trainer/stage_memory.py) subtract them. Engines in other processes or without sleep: 0."""
+        return 0
+
     def metrics(self) -> dict:
         """Metrics of the last `generate` beyond the Batch itself (e.g. agent/* of multi-turn rollouts)."""
         return {}

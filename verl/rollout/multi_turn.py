@@ -94,6 +94,9 @@ class MultiTurnRollout(RolloutEngine):
     def wake_up(self) -> None:
         self.engine.wake_up()
 
+    def unbacked_bytes(self) -> int:
+        return self.engine.unbacked_bytes()
+
     def metrics(self) -> dict:
         return dict(self._metrics)
 

@@ -314,6 +314,17 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             self._reload(list(hf_named_weights(self._source)))
         return self._wake_kv_cache(woke)
 
+    def unbacked_bytes(self) -> int:
+        """While asleep: the bytes of vLLM's sleep-mode pool (CuMemAllocator, in this process:
+        VLLM_ENABLE_V1_MULTIPROCESSING=0). Sleep unmaps every allocation in it, but the engine's
+        weight and KV-cache tensors stay allocated in torch's books, so torch.cuda.max_memory_allocated
+        keeps counting them through the update. Awake, or on the CPU (no sleep mode): 0."""
+        if not self.asleep:
+            return 0
+        from vllm.device_allocator.cumem import CuMemAllocator
+
+        return CuMemAllocator.get_instance().get_current_usage()
+
     def _wake_weights(self) -> tuple[float, float]:
         release_cached_blocks()  # the update's freed activations, still reserved by PyTorch
         start, free_before = time.perf_counter(), free_gib()

@@ -71,7 +71,8 @@ class Trainer:
         self.reward, self.rollout = roles.reward, roles.rollout
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         self.experience = build_experience_source(self)  # now, or a producer thread ahead (async_training)
-        self.timer = StageTimer(StageMemory(CudaCounters(self.device)) if self.device.type == "cuda" else None)
+        self.timer = StageTimer(StageMemory(CudaCounters(self.device, unbacked=self.rollout.unbacked_bytes))
+                                if self.device.type == "cuda" else None)
         self.counters = RunCounters()
         self._parts: dict = {}  # the current step's metrics, by stage
         # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).
