@@ -102,7 +102,7 @@
 # async-k1-stream alone 132. A refused start costs ~90 s of device time.
 # Seen on 2026-12-02 07:21-07:49 (session 10, 2575d08, one machine, 1,714 s): staging .gpuwheels 7 parts ~35 s,
 # install 30, tests 273 (14 passed), cuda-tests 70 (35 passed), .gpuwheels-realverl 20 parts ~115 s, realverl-install
-# 50, e2e-a-real 507 (real verl 9.95 s/step, verl 1.15: 8.65x), fetch 47 (with gguf), recipe-vllm at 2.25 minutes
+# 50, e2e-a-real 507 (real verl 9.95 s/step, verl 1.15: 8.64x), fetch 47 (with gguf), recipe-vllm at 2.25 minutes
 # 235, recipe-hf at 1.5 minutes 135.
 # What is still to run (as of 2026-12-02 07:55 UTC), in calls of at most 600 s, nothing beside a vLLM start:
 #   first: VLLM_K="sleep_releases or three_steps" tests-k and cuda-tests (~160 s): after session 10's device calls the
