@@ -108,9 +108,11 @@
 #   first: VLLM_K="sleep_releases or three_steps" tests-k and cuda-tests (~160 s): after session 10's device calls the
 #     per-stage memory figures leave out a sleeping vLLM engine's pool (VLLMRollout.unbacked_bytes, stage_memory.py),
 #     CPU-tested only; item 6's per-phase peaks below depend on it
-#   #19: (1) item 6: big-full-qwen2-7b, big-lora-qwen2.5-14b, big-full-qwen2.5-14b (each ~3-8 min with a random model's
-#     start). Not big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the
-#     device's disk is 64 GiB; (2) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
+#   #19: (1) item 6: big-full-qwen2-7b and big-lora-qwen2.5-14b (each ~3-8 min with a random model's start). Not
+#     big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the device's disk is
+#     64 GiB. Not big-full-qwen2.5-14b: training.offload_optimizer brings AdamW's moments back to the GPU for the
+#     optimizer step (verl/workers/offload.py), so that step holds fp32 weights, gradients and moments, 16 bytes a
+#     parameter: 236 GiB at 14.8B (7.6B: 122 GiB, which fits the 141 with the engine asleep); (2) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
 #     E2E_B_TAG=_lp10 e2e-b-tuned: does skipping the engine's log-probs shorten the rollout (raw vLLM: 10-35%)?
 #     (3) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2" e2e-a-real (read from the
 #     0.9.1 wheel: ref.strategy is `${actor_rollout_ref.actor.strategy}` in _generated_ppo_trainer.yaml, and
