@@ -112,8 +112,14 @@
 #     big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the device's disk is
 #     64 GiB. Not big-full-qwen2.5-14b: training.offload_optimizer brings AdamW's moments back to the GPU for the
 #     optimizer step (verl/workers/offload.py), so that step holds fp32 weights, gradients and moments, 16 bytes a
-#     parameter: 236 GiB at 14.8B (7.6B: 122 GiB, which fits the 141 with the engine asleep); (2) e2e-b-tuned (~150 s), and E2E_B_SET=rollout.logprob_check_every=10
-#     E2E_B_TAG=_lp10 e2e-b-tuned: does skipping the engine's log-probs shorten the rollout (raw vLLM: 10-35%)?
+#     parameter: 236 GiB at 14.8B (7.6B: 122 GiB, which fits the 141 with the engine asleep); (2) target (b), 2.5x:
+#     E2E_B_SET="model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true
+#     rollout.logprob_check_every=10" E2E_B_TAG=_all e2e-b-tuned (~150 s). The arithmetic (session 9's e2e-b: rollout
+#     4.15 s, update 4.73, sync + wake 0.5, TRL 15.87): raw vLLM at 256 sequences of this architecture makes 47.8k
+#     tokens/s without log-probs and 31.9k with them (rollout ~2.8 s), the three update flags took the isolated update
+#     from 34k to 53k tokens/s (~3.0 s), so ~6.3 s a step, ~2.5x. If it holds, those become the CUDA defaults (each
+#     an `auto` resolved in verl/config/root.py) and e2e-b runs again with defaults (~262 s); the flags one by one
+#     (e2e-b-tuned alone, E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10) only if time is left
 #     (3) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2" e2e-a-real (read from the
 #     0.9.1 wheel: ref.strategy is `${actor_rollout_ref.actor.strategy}` in _generated_ppo_trainer.yaml, and
 #     FSDPActorConfig.__post_init__ copies strategy into its engine config); its parts staged again: ~165 s before
