@@ -110,7 +110,9 @@
 #     CPU-tested only; item 6's per-phase peaks below depend on it
 #   #19: (1) item 6: big-full-qwen2-7b and big-lora-qwen2.5-14b (each ~3-8 min with a random model's start). Not
 #     big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the device's disk is
-#     64 GiB. Not big-full-qwen2.5-14b: training.offload_optimizer brings AdamW's moments back to the GPU for the
+#     64 GiB; unless /dev/shm holds it (`df -h /dev/shm` in the first call; the host has 128 GiB): then
+#     BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (actor base 61 GiB in bf16, vLLM at 0.5 of the GPU: ~5 GiB of KV cache
+#     left beside its own 61). Not big-full-qwen2.5-14b: training.offload_optimizer brings AdamW's moments back to the GPU for the
 #     optimizer step (verl/workers/offload.py), so that step holds fp32 weights, gradients and moments, 16 bytes a
 #     parameter: 236 GiB at 14.8B (7.6B: 122 GiB, which fits the 141 with the engine asleep); (2) target (b), 2.5x:
 #     E2E_B_SET="model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true
@@ -255,7 +257,8 @@ big_model() {  # big-full-ARCH | big-lora-ARCH: does GRPO with vLLM colocated tr
     arch=${mode#*-}; mode=${mode%%-*}
     if [ "$mode" = lora ]; then extra=(--lora-rank 16); else extra=(--verl-set training.offload_optimizer=true); fi
     stage "$1" 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch "$arch" "${extra[@]}" \
-        --prompts 8 --group 4 --max-new-tokens 256 --steps 1 --warmup 1 --timeout 540 --out "$W/$1" --logs "$W/$1"
+        --prompts 8 --group 4 --max-new-tokens 256 --steps 1 --warmup 1 --timeout 540 --out "$W/$1" --logs "$W/$1" \
+        ${BIG_CACHE:+--cache $BIG_CACHE}  # BIG_CACHE: where the random checkpoint goes (/dev/shm: host memory, not disk)
 }
 
 export PY W ROOT SGL_PATH
