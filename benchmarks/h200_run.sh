@@ -251,8 +251,8 @@ sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the 
 
 big_model() {  # big-full-ARCH | big-lora-ARCH: does GRPO with vLLM colocated train ARCH on this GPU (#19 item 6)?
     # verl-vllm alone, 8 prompts x 4 x 256 tokens, 1 warm-up + 1 timed step; full fine-tuning offloads AdamW's
-    # state to the host (training.offload_optimizer); LoRA rank 16. The per-stage peaks (memory_gb/*, branch
-    # gpu-pending until merged) land in the row's memory columns.
+    # state to the host (training.offload_optimizer); LoRA rank 16. The per-stage peaks (memory_gb/*, and NVML's
+    # memory_gb/device/* for all processes) land in the row's memory columns.
     local mode=${1#big-} arch extra=()
     arch=${mode#*-}; mode=${mode%%-*}
     if [ "$mode" = lora ]; then extra=(--lora-rank 16); else extra=(--verl-set training.offload_optimizer=true); fi
@@ -366,14 +366,10 @@ print(info)" ;;
                    stage async-recipe $(( $(minutes_s 75) * 2 )) env PYTHONPATH=$P $PY benchmarks/async_grpo.py \
                    --device cuda --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} \
                    --systems sync async-k1 --out "$W/async_recipe_$E.json" --keep "$W/async_recipe_$E" ;;
-        recipe-vllm) stage fetch 60 fetch_smollm2
-                   stage recipe-vllm $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
-                   --recipe examples/arithmetic_grpo.yaml --engine vllm --minutes ${ASYNC_MINUTES:-4} --systems sync \
-                   --out "$W/recipe_vllm.json" --keep "$W/recipe_vllm" ;;
-        recipe-hf) stage fetch 60 fetch_smollm2
-                   stage recipe-hf $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
-                   --recipe examples/arithmetic_grpo.yaml --engine hf --minutes ${ASYNC_MINUTES:-4} --systems sync \
-                   --out "$W/recipe_hf.json" --keep "$W/recipe_hf" ;;
+        recipe-vllm|recipe-hf) E=${s#recipe-}; stage fetch 60 fetch_smollm2  # the synchronous recipe on engine E
+                   stage "$s" $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
+                   --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} --systems sync \
+                   --out "$W/recipe_$E.json" --keep "$W/recipe_$E" ;;
         e2e-b-tuned) stage e2e-b-tuned 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch qwen2-1.5b \
                    --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 280 \
                    --verl-set ${E2E_B_SET:-model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true} \
