@@ -33,8 +33,10 @@ def _asked(overrides: list[str], steps: list[int]) -> list[bool]:
     return out
 
 
-def test_every_step_by_default_and_every_kth_with_the_key():
-    assert _asked([], [0, 1, 2, 3]) == [True] * 4  # the default: 1, every step
+def test_every_tenth_step_by_default_and_every_kth_with_the_key():
+    # the default, 10: the rollouts of steps 1, 11, 21 (global_step 0, 10, 20 completed before them)
+    assert _asked([], list(range(21))) == [g % 10 == 0 for g in range(21)]
+    assert _asked(["rollout.logprob_check_every=1"], [0, 1, 2, 3]) == [True] * 4
     # k = 3: the rollouts of steps 1, 4, 7 (global_step 0, 3, 6 completed before them)
     assert _asked(["rollout.logprob_check_every=3"], list(range(7))) == [True, False, False, True, False, False, True]
     # a resumed process checks its first step, then keeps the run's own rhythm

@@ -386,6 +386,7 @@ def test_grpo_three_steps_through_the_cli_with_vllm_on_cuda(tmp_path, llama_path
         [sys.executable, "-m", "verl.cli", "train", f"model.name={llama_path}", f"model.dtype={DTYPE}", "rollout.name=vllm",
          "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "rollout.max_new_tokens=16",
          "rollout.enforce_eager=true", "rollout.gpu_memory_utilization=0.2", f"rollout.sleep_when={sleep_when}",
+         "rollout.logprob_check_every=1",  # the stale-weights check after every sync (the default checks every 10th)
          "logging.backends=[jsonl]", "logging.progress_bar=false", f"device={DEVICE}", "--save_dir", str(out)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -18,6 +18,7 @@ def test_seed_script_with_vllm_rollout_runs_unchanged(tmp_path, tiny_gpt2):
     cfg["model"]["name"] = tiny_gpt2
     cfg["training"].update(total_steps=11, batch_size=4)
     cfg["rollout"]["max_new_tokens"] = 6
+    cfg["rollout"]["logprob_check_every"] = 1  # the stale-weights check after every sync (default: every 10th)
     cfg["logging"] = {"backends": ["jsonl"], "progress_bar": False}
     (tmp_path / "config_gpt2.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_gpt2.py")], cwd=tmp_path,
@@ -38,8 +39,9 @@ def test_grpo_steps_with_vllm_backend(tmp_path, tiny_qwen2):
     proc = subprocess.run(
         [sys.executable, "-m", "verl.cli", "train", "model.name=tiny:qwen2", "rollout.name=vllm",
          "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "training.micro_batch_size=8",
-         "rollout.max_new_tokens=8", "logging.backends=[jsonl]", "logging.progress_bar=false", "device=cpu",
-         "--save_dir", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)  # not in the repo
+         "rollout.max_new_tokens=8", "rollout.logprob_check_every=1", "logging.backends=[jsonl]",
+         "logging.progress_bar=false", "device=cpu", "--save_dir", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path)  # not in the repo
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -39,15 +39,19 @@ class ModelConfig(Section):
     trust_remote_code: bool = key(False, resume_safe=True)
     enable_gradient_checkpointing: bool = key(False, resume_safe=True)
     # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
-    # activations; the first steps pay the compile time). Generation stays eager.
-    torch_compile: bool = key(False, resume_safe=True)
+    # activations; the first steps pay the compile time). Generation stays eager. None = auto:
+    # on for the single-process actor on a CUDA device, off on the CPU and under Ray
+    # (verl.config.root._default_update_speedups).
+    torch_compile: Optional[bool] = key(None, resume_safe=True)
     # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
     # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward
     # and backward on a model.dtype copy of the weights, gradients summed in float32, as FSDP and
     # DeepSpeed mixed precision do: fewer casts, half the residual-stream traffic). The actor, in
     # one process (a separate critic keeps autocast); the sharded actor always computes in
-    # model.dtype (FSDP's MixedPrecisionPolicy).
-    mixed_precision: str = key("autocast", choices=("autocast", "param_copy"))
+    # model.dtype (FSDP's MixedPrecisionPolicy). auto: param_copy for full fine-tuning in bf16/fp16
+    # on a CUDA device in one process, unless training.offload_optimizer (the copy's 2 bytes per
+    # parameter stay through the optimizer step that offloading makes room for); autocast elsewhere.
+    mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy"))
     lora: LoraConfig = key(factory=LoraConfig)
 
     def validate(self, path: str) -> None:

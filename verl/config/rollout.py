@@ -82,7 +82,9 @@ class RolloutConfig(Section):
     # get them every step. Otherwise they are asked for on every k-th training step and the first of each
     # run; vLLM skips computing them on the others (the log-softmax over the vocabulary each decode step
     # costs 10-35% of raw vLLM's tokens/s, issue 19's table). The HF and SGLang engines report them anyway.
-    logprob_check_every: int = key(1, ge=1, resume_safe=True)
+    # 10: a stale engine (a sync that did not land) is caught within 10 steps, for ~1/10 of the cost;
+    # 1 checks every step.
+    logprob_check_every: int = key(10, ge=1, resume_safe=True)
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)

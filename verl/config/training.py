@@ -34,7 +34,9 @@ class TrainingConfig(Section):
     logprob_chunk_size: int = key(1024, ge=1, resume_safe=True)  # tokens per chunk when computing log-probs/entropy
     # Keep the update's logits ((response tokens, vocab) in model.dtype) for its backward instead of
     # recomputing them chunk by chunk: faster, 2 bytes x vocab more memory per response token in bf16
-    logprob_keep_logits: bool = key(False, resume_safe=True)
+    # (the token budget of verl.workers.memory_budget counts them). None = auto: on for the
+    # single-process actor on a CUDA device, off on the CPU and under Ray.
+    logprob_keep_logits: Optional[bool] = key(None, resume_safe=True)
     # One optimizer step per batch (num_epochs 1, one mini-batch, no KL in the reward): pi_old is the
     # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
     old_log_probs_from_update: bool = True
