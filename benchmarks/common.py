@@ -218,8 +218,10 @@ def machine_info(device) -> dict:
         info["load_avg_1m"] = round(os.getloadavg()[0], 2)
     info["torch_threads"] = torch.get_num_threads()
     try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                            text=True, timeout=5).stdout.strip()
+        # "-dirty" when the tracked files differ from HEAD: the GPU machine's copy of the checkout carries the
+        # session's first commit in .git beside a newer working tree (session 11 reported bdf77e9 for f34e518)
+        info["git_commit"] = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT,
+                                            capture_output=True, text=True, timeout=5).stdout.strip()
     except Exception:
         pass
     return info

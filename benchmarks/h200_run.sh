@@ -104,29 +104,21 @@
 # install 30, tests 273 (14 passed), cuda-tests 70 (35 passed), .gpuwheels-realverl 20 parts ~115 s, realverl-install
 # 50, e2e-a-real 507 (real verl 9.95 s/step, verl 1.15: 8.64x), fetch 47 (with gguf), recipe-vllm at 2.25 minutes
 # 235, recipe-hf at 1.5 minutes 135.
-# What is still to run (as of 2026-12-02 07:55 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   first: VLLM_K="sleep_releases or three_steps" tests-k and cuda-tests (~160 s): after session 10's device calls the
-#     per-stage memory figures leave out a sleeping vLLM engine's pool (VLLMRollout.unbacked_bytes, stage_memory.py),
-#     CPU-tested only; item 6's per-phase peaks below depend on it
-#   #19: (1) item 6: big-full-qwen2-7b and big-lora-qwen2.5-14b (each ~3-8 min with a random model's start). Not
-#     big-lora-qwen2.5-32b: its random bf16 checkpoint, which vLLM and the actor load, is 61 GiB, and the device's disk is
-#     64 GiB; unless /dev/shm holds it (`df -h /dev/shm` in the first call; the host has 128 GiB): then
-#     BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (actor base 61 GiB in bf16, vLLM at 0.5 of the GPU: ~5 GiB of KV cache
-#     left beside its own 61). Not big-full-qwen2.5-14b: training.offload_optimizer brings AdamW's moments back to the GPU for the
-#     optimizer step (verl/workers/offload.py), so that step holds fp32 weights, gradients and moments, 16 bytes a
-#     parameter: 236 GiB at 14.8B (7.6B: 122 GiB, which fits the 141 with the engine asleep); (2) target (b), 2.5x:
-#     E2E_B_SET="model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true
-#     rollout.logprob_check_every=10" E2E_B_TAG=_all e2e-b-tuned (~150 s). The arithmetic (session 9's e2e-b: rollout
-#     4.15 s, update 4.73, sync + wake 0.5, TRL 15.87): raw vLLM at 256 sequences of this architecture makes 47.8k
-#     tokens/s without log-probs and 31.9k with them (rollout ~2.8 s), the three update flags took the isolated update
-#     from 34k to 53k tokens/s (~3.0 s), so ~6.3 s a step, ~2.5x. If it holds, those become the CUDA defaults (each
-#     an `auto` resolved in verl/config/root.py) and e2e-b runs again with defaults (~262 s); the flags one by one
-#     (e2e-b-tuned alone, E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10) only if time is left
-#     (3) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2" e2e-a-real (read from the
-#     0.9.1 wheel: ref.strategy is `${actor_rollout_ref.actor.strategy}` in _generated_ppo_trainer.yaml, and
-#     FSDPActorConfig.__post_init__ copies strategy into its engine config); its parts staged again: ~165 s before
-#     the 507 s stage;
-#     recipe-hf at the same minutes as recipe-vllm (2.25)
+# Seen on 2026-12-02 08:46-09:16 (session 11, two machines, 1,761 s): staging 7 parts ~40 s after an 86 s start, install 30,
+# versions 19-25, tests-k (sleep_releases or three_steps) 134, cuda-tests 65 (36 passed), e2e-b-tuned 127 (5.88 s/step),
+# big-full-qwen2-7b 194 (trained, 134.8 GiB), big-lora-qwen2.5-14b 144 (trained), BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b
+# 200 (out of memory at the first weight sync: the merged LoRA weights built all at once); the second machine was slow to
+# generate (the CLI test 108 s against 33 s, TRL's generation 12.7 s against 9.1 s): e2e-b with the new defaults 339 s (2.27x).
+# What is still to run (as of 2026-12-02 09:30 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   first: `tests` (the whole of tests/test_gpu_vllm.py, ~270 s: its other 11 tests last ran at 2575d08, before the GPU
+#     defaults of f34e518) and cuda-tests (~65 s)
+#   #19: (1) target (b), 2.5x: e2e-b again with the defaults (~340 s; session 11's 2.27x ran on a machine that generated
+#     ~1.4x slower for both systems; the same verl settings made 5.88 s/step on the first machine, where session 9's TRL
+#     took 15.87 s); (2) e2e-a and e2e-c again with the new defaults (~220 s, ~300 s: (a) last measured 2.31x, (c) 1.84x,
+#     both before them); (3) item 6: once the LoRA weight sync loads merged weights in buckets (not written yet: the 32B's
+#     out-of-memory), BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (~200 s before its first step: the 61 GiB random
+#     checkpoint is written to /dev/shm, 128 GiB there); (4) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2"
+#     e2e-a-real (its parts staged again: ~165 s before the 507 s stage); recipe-hf at the same minutes as recipe-vllm (2.25)
 #   #21 (resolved in session 9): nothing required.
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
@@ -301,7 +293,7 @@ print(info)" ;;
         e2e-a) stage e2e-a 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm $SGL_SYSTEMS \
                    --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 240 --out "$W/e2e_a" \
                    --logs "$W/e2e_a" --sglang-pythonpath /tmp/sgl ;;
-        e2e-b) stage e2e-b 450 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b \
+        e2e-b) stage e2e-b 360 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b \
                    --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 300 --out "$W/e2e_b" \
                    --logs "$W/e2e_b" ;;
         e2e-c) stage e2e-c 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-7b \
