@@ -116,8 +116,9 @@ def _resolve_update_speedups(cfg: Config) -> None:
     """The update's speed switches left on auto -- model.torch_compile, model.mixed_precision and
     training.logprob_keep_logits -- on for the single-process actor on a CUDA device, off on the CPU
     (tiny models, where compiling costs more than it saves) and under Ray (the sharded workers
-    compute in model.dtype already and refuse torch_compile). mixed_precision: param_copy also needs
-    full fine-tuning in bfloat16/float16 and no training.offload_optimizer (its copy, 2 bytes a
+    compute in model.dtype already and refuse torch_compile). torch_compile also needs full
+    fine-tuning (compiling peft's LoRA layers is untested on the GPU); mixed_precision: param_copy
+    needs full fine-tuning in bfloat16/float16 and no training.offload_optimizer (its copy, 2 bytes a
     parameter, would stay through the optimizer step that offloading makes room for). On the H200,
     Qwen2.5-1.5B architecture, 32 prompts x 8 x 512 tokens, they took the update from 4.73 to 2.72 s
     a step (benchmarks/results/h200, e2e_b_tuned_all, docs/performance.md). The trainer logs what
@@ -125,8 +126,8 @@ def _resolve_update_speedups(cfg: Config) -> None:
     m, t = cfg.model, cfg.training
     single_gpu = _on_gpu(cfg) and cfg.distributed.backend != "ray"
     chosen = []
-    if m.torch_compile is None:
-        m.torch_compile = single_gpu
+    if m.torch_compile is None:  # LoRA: peft's adapter layers inside the compiled layers are not measured yet
+        m.torch_compile = single_gpu and m.lora.rank == 0
         chosen.append(f"model.torch_compile: {str(m.torch_compile).lower()}")
     if m.mixed_precision == "auto":
         copy = (single_gpu and m.lora.rank == 0 and m.dtype in ("bfloat16", "float16")
