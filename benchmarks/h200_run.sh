@@ -115,8 +115,8 @@
 #   #19: (1) target (b), 2.5x: e2e-b again with the defaults (~340 s; session 11's 2.27x ran on a machine that generated
 #     ~1.4x slower for both systems; the same verl settings made 5.88 s/step on the first machine, where session 9's TRL
 #     took 15.87 s); (2) e2e-a and e2e-c again with the new defaults (~220 s, ~300 s: (a) last measured 2.31x, (c) 1.84x,
-#     both before them); (3) item 6: once the LoRA weight sync loads merged weights in buckets (not written yet: the 32B's
-#     out-of-memory), BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (~200 s before its first step: the 61 GiB random
+#     both before them); (3) item 6: the LoRA weight sync now streams the merged weights in 1 GiB buckets (after session
+#     11's device calls; CPU-tested only: `tests` above runs it on the GPU): BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (~200 s before its first step: the 61 GiB random
 #     checkpoint is written to /dev/shm, 128 GiB there); (4) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2"
 #     e2e-a-real (its parts staged again: ~165 s before the 507 s stage); recipe-hf at the same minutes as recipe-vllm (2.25)
 #   #21 (resolved in session 9): nothing required.

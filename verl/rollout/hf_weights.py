@@ -4,7 +4,7 @@ generation engine (the vLLM engine, the HF backend's weight copy, a merged save)
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 
@@ -49,3 +49,20 @@ def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor
             for adapter in deltas[name]:
                 value = value + mod.get_delta_weight(adapter).to(value.dtype)
         yield name.replace(".base_layer.", "."), value
+
+
+def weight_buckets(weights: Iterable[tuple[str, torch.Tensor]], limit: int) -> Iterator[list]:
+    """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor
+    alone), drawn lazily: fed by `hf_named_weights`, whose LoRA merges are new tensors (W + B A), at
+    most one bucket of them exists at a time instead of a second copy of the whole model (a 32B
+    LoRA run ran out of memory on the H200 building that copy for its first sync)."""
+    current, size = [], 0
+    for name, tensor in weights:
+        n = tensor.numel() * tensor.element_size()
+        if current and size + n > limit:
+            yield current
+            current, size = [], 0
+        current.append((name, tensor))
+        size += n
+    if current:
+        yield current

@@ -2,7 +2,7 @@
 
 A subclass implements `load_weights(weights) -> bytes` (asleep or awake) and records its sleep/wake
 metrics in `_pending_metrics`; `sync_weights` streams the module's weights (HF names, LoRA merged)
-through it, remembers the module (re-synced from after a sleep that dropped the weights), and
+through it (lazily to an engine that sets `loads_weight_stream`, else as one list), remembers the module (re-synced from after a sleep that dropped the weights), and
 returns the sync's seconds and bytes with the sleep/wake metrics since the last sync.
 """
 
@@ -23,6 +23,9 @@ class InProcessEngine(RolloutEngine):
     records its split with `_record_generate`."""
 
     _generate_metrics: dict = {}
+    # load_weights takes a lazy stream of (name, tensor) and consumes it once, in bounded buckets:
+    # a LoRA model's merged weights then never exist all at once (verl.rollout.hf_weights.weight_buckets)
+    loads_weight_stream = False
 
     def _record_generate(self, start: float, call_start: float, call_end: float, parsed: float = None,
                          decode_s: float = None) -> None:
@@ -58,7 +61,8 @@ class InProcessEngine(RolloutEngine):
 
     def sync_weights(self, model: torch.nn.Module) -> dict:
         start = time.perf_counter()
-        n_bytes = self.load_weights(list(hf_named_weights(model)))
+        weights = hf_named_weights(model)
+        n_bytes = self.load_weights(weights if self.loads_weight_stream else list(weights))
         self._source = model
         metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
         metrics.update(self._pending_metrics)

@@ -54,6 +54,7 @@ import torch
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.hf_weights import weight_buckets as stream_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 
@@ -157,18 +158,9 @@ def sampling_dict(sampling: SamplingParams, extra: dict) -> dict:
 
 
 def weight_buckets(weights: list, limit: int = SYNC_BUCKET_BYTES) -> list[list]:
-    """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor alone)."""
-    buckets, current, size = [], [], 0
-    for name, tensor in weights:
-        n = tensor.numel() * tensor.element_size()
-        if current and size + n > limit:
-            buckets.append(current)
-            current, size = [], 0
-        current.append((name, tensor))
-        size += n
-    if current:
-        buckets.append(current)
-    return buckets
+    """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor alone):
+    all of them at once, since the radix cache is flushed with the last (verl.rollout.hf_weights)."""
+    return list(stream_buckets(weights, limit))
 
 
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)

