@@ -143,6 +143,19 @@ def test_our_keys_mix_in_and_disagreements_are_refused(data):
         load_translated(translate(base + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]))
 
 
+def test_calculate_log_probs_asks_the_engine_every_step(data):
+    # real verl's rollout.calculate_log_probs: true -> the engine's log-probs (and the stale-weights check)
+    # every step; false, its default, leaves ours: every 10th step
+    train, _ = data
+    base = [f"data.train_files={train}", "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    assert load_translated(translate(base)).rollout.logprob_check_every == 10
+    on = load_translated(translate(base + ["actor_rollout_ref.rollout.calculate_log_probs=True"]))
+    assert on.rollout.logprob_check_every == 1
+    off = load_translated(translate(base + ["actor_rollout_ref.rollout.calculate_log_probs=False"]))
+    assert off.rollout.logprob_check_every == 10
+
+
 def test_filter_overlong_prompts_counts_steps_after_filtering(tmp_path, tiny_gpt2):
     train = _write_gsm8k(tmp_path / "train.parquet", 8, long_from=6)  # rows 6, 7: ~400 tokens
     tr = translate([f"data.train_files={train}", f"actor_rollout_ref.model.path={tiny_gpt2}",

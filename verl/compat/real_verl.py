@@ -285,6 +285,13 @@ def _tis_cap(value, ctx, key):
     return {"rollout.tis_cap": cap} if cap > 0 else {}
 
 
+def _calculate_log_probs(value, ctx, key):
+    """true: the engine's log-probs on every step (real verl then logs their gap to the actor's);
+    false, real verl's default: here the stale-weights check still asks for them on every
+    rollout.logprob_check_every-th step (10)."""
+    return {"rollout.logprob_check_every": 1} if as_bool(value, key) else {}
+
+
 def _rollout_name(value, ctx, key):
     return {"rollout.name": _pick(value, key, {"vllm": "vllm", "hf": "hf"}, " (no SGLang backend)")}
 
@@ -596,7 +603,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", ignored(_MICRO)),
     (f"{ROLLOUT}.log_prob_use_dynamic_bsz", ignored(_MICRO)),
     (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", ignored(_MICRO)),
-    (f"{ROLLOUT}.calculate_log_probs", ignored("the engine's log-probs are always kept here")),
+    (f"{ROLLOUT}.calculate_log_probs", custom(_calculate_log_probs, "rollout.logprob_check_every",
+                                              note="true: 1 (every step); false keeps the check every 10th step")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
