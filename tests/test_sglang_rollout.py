@@ -132,14 +132,6 @@ def test_results_are_read_as_aligned_tokens_and_log_probs():
         sr.response_of(aborted, 2)
 
 
-def test_weight_buckets_cut_by_bytes_in_order():
-    t = [(f"w{i}", torch.zeros(n, dtype=torch.float32)) for i, n in enumerate([2, 2, 5, 1, 1])]  # 8, 8, 20, 4, 4 bytes
-    buckets = sr.weight_buckets(t, limit=16)
-    # 8+8 fit in 16; 20 alone exceeds the limit and travels alone; 4+4 together.
-    assert [[name for name, _ in b] for b in buckets] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
-    assert sr.weight_buckets([], limit=16) == []
-
-
 def test_sglang_is_a_registered_engine_choice():
     from verl.rollout.registry import ENGINE_CHOICES, engine_class
 

@@ -34,16 +34,22 @@ def test_seed_script_with_vllm_rollout_runs_unchanged(tmp_path, tiny_gpt2):
     assert all(r["timing_s/update_weights"] > 0 for r in rows if "timing_s/update_weights" in r)
 
 
-def test_grpo_steps_with_vllm_backend(tmp_path, tiny_qwen2):
+def _grpo_rows(tmp_path, check_every: int) -> list[dict]:
+    """Three GRPO steps of tiny:qwen2 on vLLM's CPU backend through the CLI, with
+    rollout.logprob_check_every `check_every`: the metrics rows."""
     out = tmp_path / "grpo"
     proc = subprocess.run(
         [sys.executable, "-m", "verl.cli", "train", "model.name=tiny:qwen2", "rollout.name=vllm",
          "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "training.micro_batch_size=8",
-         "rollout.max_new_tokens=8", "rollout.logprob_check_every=1", "logging.backends=[jsonl]",
+         "rollout.max_new_tokens=8", f"rollout.logprob_check_every={check_every}", "logging.backends=[jsonl]",
          "logging.progress_bar=false", "device=cpu", "--save_dir", str(out)],
         capture_output=True, text=True, timeout=900, cwd=tmp_path)  # not in the repo
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+
+
+def test_grpo_steps_with_vllm_backend(tmp_path, tiny_qwen2):
+    rows = _grpo_rows(tmp_path, check_every=1)
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["reward/mean"] is not None and r["rollout/logprob_diff"] < 0.02
@@ -52,15 +58,7 @@ def test_grpo_steps_with_vllm_backend(tmp_path, tiny_qwen2):
 def test_engine_log_probs_on_the_check_steps_only(tmp_path, tiny_qwen2):
     """rollout.logprob_check_every: 2 -> the vLLM engine reports its log-probs on steps 1 and 3 (the
     stale-weights check, rollout/logprob_diff) and skips them on step 2, where nothing reads them."""
-    out = tmp_path / "grpo"
-    proc = subprocess.run(
-        [sys.executable, "-m", "verl.cli", "train", "model.name=tiny:qwen2", "rollout.name=vllm",
-         "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4", "training.micro_batch_size=8",
-         "rollout.max_new_tokens=8", "rollout.logprob_check_every=2", "logging.backends=[jsonl]",
-         "logging.progress_bar=false", "device=cpu", "--save_dir", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    rows = _grpo_rows(tmp_path, check_every=2)
     checked = [r["step"] for r in rows if r.get("rollout/logprob_diff") is not None]
     assert checked == [1, 3], checked
     assert all(r["rollout/logprob_diff"] < 0.02 for r in rows if r["step"] in checked)

@@ -37,6 +37,14 @@ def test_weight_buckets_are_bounded_in_order_and_drawn_lazily():
     assert list(weight_buckets(iter([]), limit=20)) == []
 
 
+def test_weight_buckets_cut_by_bytes_in_order():  # (SGLang's sync takes them as one list)
+    t = [(f"w{i}", torch.zeros(n, dtype=torch.float32)) for i, n in enumerate([2, 2, 5, 1, 1])]  # 8, 8, 20, 4, 4 bytes
+    buckets = list(weight_buckets(t, limit=16))
+    # 8+8 fit in 16; 20 alone exceeds the limit and travels alone; 4+4 together.
+    assert [[name for name, _ in b] for b in buckets] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
+    assert list(weight_buckets([], limit=16)) == []
+
+
 class FakeLLM:
     """Records collective_rpc and reset_prefix_cache calls, with how far the stream was read."""
 

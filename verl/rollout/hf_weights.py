@@ -51,6 +51,12 @@ def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor
         yield name.replace(".base_layer.", "."), value
 
 
+# Bytes per load call of a weight sync (vLLM's direct reload, SGLang's update_weights_from_tensor):
+# bounds one message, and what a lazy stream of merged LoRA weights holds at once (1 GiB, against
+# 61 GiB for a whole 32B model in bf16).
+SYNC_BUCKET_BYTES = 1 << 30
+
+
 def weight_buckets(weights: Iterable[tuple[str, torch.Tensor]], limit: int) -> Iterator[list]:
     """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor
     alone), drawn lazily: fed by `hf_named_weights`, whose LoRA merges are new tensors (W + B A), at

