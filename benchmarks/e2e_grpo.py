@@ -400,7 +400,9 @@ def _report(args, info, rows, quiet=False):
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
              f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
-             f"(autocast over fp32 master weights; verl-hf-copy/-static generate with a {args.dtype} copy, "
+             f"over fp32 master weights (TRL: autocast; verl: model.mixed_precision, whose GPU default runs the "
+             f"forward and backward of full fine-tuning on a {args.dtype} copy of them and autocast otherwise; "
+             f"verl-hf-copy/-static generate with a {args.dtype} copy, "
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
              f"steps after {args.warmup} warm-up. x_trl_vllm = tokens/s over TRL with vLLM colocate (its defaults "
              f"otherwise); x_trl = over TRL's default configuration (HF generate); x_best_trl = over the fastest "
@@ -422,7 +424,7 @@ def parse(argv=None):
                            max_new_tokens={"default": None, "help": "completion tokens (default: 16 --tiny, 256 GPU, "
                                                                     "64 CPU)"},
                            micro_batch={"default": None, "help": "verl: training.micro_batch_size (default: verl's)"},
-                           dtype={"help": "compute dtype of both trainers: bf16 autocast over fp32 master weights, "
+                           dtype={"help": "compute dtype of both trainers, over fp32 master weights, "
                                           "or fp32"})
     ap.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS)
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step")
