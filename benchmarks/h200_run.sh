@@ -109,16 +109,15 @@
 # big-full-qwen2-7b 194 (trained, 134.8 GiB), big-lora-qwen2.5-14b 144 (trained), BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b
 # 200 (out of memory at the first weight sync: the merged LoRA weights built all at once); the second machine was slow to
 # generate (the CLI test 108 s against 33 s, TRL's generation 12.7 s against 9.1 s): e2e-b with the new defaults 339 s (2.27x).
-# What is still to run (as of 2026-12-02 09:30 UTC), in calls of at most 600 s, nothing beside a vLLM start:
-#   first: `tests` (the whole of tests/test_gpu_vllm.py, ~270 s: its other 11 tests last ran at 2575d08, before the GPU
-#     defaults of f34e518) and cuda-tests (~65 s)
-#   #19: (1) target (b), 2.5x: e2e-b again with the defaults (~340 s; session 11's 2.27x ran on a machine that generated
-#     ~1.4x slower for both systems; the same verl settings made 5.88 s/step on the first machine, where session 9's TRL
-#     took 15.87 s); (2) e2e-a and e2e-c again with the new defaults (~220 s, ~300 s: (a) last measured 2.31x, (c) 1.84x,
-#     both before them); (3) item 6: the LoRA weight sync now streams the merged weights in 1 GiB buckets (after session
-#     11's device calls; CPU-tested only: `tests` above runs it on the GPU): BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b (~200 s before its first step: the 61 GiB random
-#     checkpoint is written to /dev/shm, 128 GiB there); (4) optional: real verl on FSDP2, E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2"
-#     e2e-a-real (its parts staged again: ~165 s before the 507 s stage); recipe-hf at the same minutes as recipe-vllm (2.25)
+# Seen on 2026-12-02 10:13-10:37 (session 12, 63039ef, one machine, ~1,540 s): staging 7 parts ~35 s after a 60 s start,
+# install 30, versions 24, tests 338 (14 passed), cuda-tests 138 (36 passed, 1 failed: test_param_copy's exact ppo_kl under the
+# GPU defaults, test fixed since, 4 passed in 73 s on a second machine with no wheels staged: PYTHONPATH=$PWD is enough for
+# it), e2e-b 283 (3.2x), BIG_CACHE=/dev/shm/m big-lora-qwen2.5-32b 232 (trained, 9.55 s/step), e2e-a 179 (2.25x).
+# What is still to run (as of 2026-12-02 10:40 UTC), in calls of at most 600 s, nothing beside a vLLM start:
+#   when GPU code changes: `tests` (~340 s) and cuda-tests (~140 s)
+#   optional: e2e-c with the GPU defaults of f34e518 (~300 s; it last ran in session 9, 1.84x); real verl on FSDP2,
+#     E2E_REAL_SET="actor_rollout_ref.actor.strategy=fsdp2" e2e-a-real (its parts staged again: ~165 s before the 507 s
+#     stage); recipe-hf at the same minutes as recipe-vllm (2.25)
 #   #21 (resolved in session 9): nothing required.
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
 # verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
