@@ -170,7 +170,7 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     flat.write_text("".join(json.dumps({"prompt": f"Say {i}", "answer": str(i)}) + "\n" for i in range(4)))
     base = [f"data.train_files={flat}", "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
-    with pytest.raises(ConfigError, match=r"data_source 'mydata' \(.*mydata.jsonl line 1\).*set reward_fn.type"):
+    with pytest.raises(ConfigError, match=r"data_source 'mydata' \(.*mydata.jsonl line 1\).*custom_reward_function.path.*reward_fn.type"):
         translate(base)
     tr = translate(base + ["reward_fn.type=number"])  # our own reward: no data_source lookup
     assert load_translated(tr).reward_fn.type == "number"
@@ -181,8 +181,10 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "actor_rollout_ref.actor.megatron"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip-cov", "actor_rollout_ref.actor.policy_loss.loss_mode"),
     ("reward_model.enable=True", "reward_model.enable"),
-    ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
-    ("custom_reward_function.path=my_reward.py", "custom_reward_function.path"),
+    ("actor_rollout_ref.rollout.name=trtllm", "real verl's actor_rollout_ref.rollout.name=trtllm is not supported"),
+    ("custom_reward_function.path=missing_reward.py", "custom_reward_function.path: file 'missing_reward.py' not found"),
+    ("reward.reward_manager.name=prime", "real verl's reward.reward_manager.name=prime is not supported"),
+    ("distillation.enabled=True", "real verl's distillation.enabled=True is not supported"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path"),
     ("--config-name=ppo_megatron_trainer", "--config-name"),
 ])

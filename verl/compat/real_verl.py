@@ -44,6 +44,7 @@ class RealKey:
     note: str = ""
     phase: int = 1
     identity: Optional[str] = None  # our key this one sets unchanged (a native key of that name is read back)
+    dict_value: bool = False  # its value is a dict: `key.a.b=v` overrides are gathered into it
 
     @property
     def ignored(self) -> bool:
@@ -86,10 +87,15 @@ def as_bool(value, key: str) -> bool:
     raise ConfigError(f"{key}: expected True or False, got {value!r}")
 
 
+def refuse(key: str, value, why: str) -> ConfigError:
+    """The one line for a real verl setting that has no equivalent here."""
+    shown = "null" if value is None else value
+    return ConfigError(f"real verl's {key}={shown} is not supported: {why} (see {MANUAL})")
+
+
 def _pick(value, key: str, choices: dict, what: str = "") -> Any:
     if value not in choices:
-        raise ConfigError(f"{key}: '{value}' is not supported here{what} (supported: {', '.join(map(str, choices))}; "
-                          f"see {MANUAL})")
+        raise refuse(key, value, f"no equivalent here{what}; supported: {', '.join(map(str, choices))}")
     return choices[value]
 
 
@@ -148,8 +154,7 @@ def only(*allowed, why: str = "", **extra) -> dict:
     def convert(value, ctx, key):
         if not any(same_value(value, a) for a in allowed):
             shown = " or ".join("null" if a is None else repr(a) for a in allowed)
-            raise ConfigError(f"{key}={value!r} is not supported here: {why or 'no equivalent'}; only {shown} is "
-                              f"accepted (see {MANUAL})")
+            raise refuse(key, value, f"{why or 'it has no equivalent here'}; only {shown} is accepted")
         return {}
 
     shown = ", ".join("null" if a is None else str(a) for a in allowed)
@@ -293,7 +298,7 @@ def _calculate_log_probs(value, ctx, key):
 
 
 def _rollout_name(value, ctx, key):
-    return {"rollout.name": _pick(value, key, {"vllm": "vllm", "hf": "hf"}, " (no SGLang backend)")}
+    return {"rollout.name": _pick(value, key, {"vllm": "vllm", "sglang": "sglang", "hf": "hf"})}
 
 
 def _temperature(value, ctx, key):
@@ -314,26 +319,28 @@ def _max_response(value, ctx, key):
 
 
 def _val_sampling(value, ctx, key):
-    """Validation here: greedy mean@1, and with val_n > 1 mean@n sampled like the training rollout."""
+    """Validation here: the greedy answer (mean@1) always; sampled answers like real verl's when
+    do_sample is on (data.val_do_sample, with val_kwargs' temperature / top_p / top_k): mean@n."""
     v = f"{ROLLOUT}.val_kwargs"
     n = as_int(ctx.get(f"{v}.n"), f"{v}.n", low=1)
-    greedy = not as_bool(value, key) or as_float(ctx.get(f"{v}.temperature"), f"{v}.temperature") == 0
-    if greedy:
-        if n > 1:
-            raise ConfigError(f"{v}.n={n} with greedy validation ({key}=False or temperature 0) is not supported "
-                              f"here: set {key}=True to sample n answers (see {MANUAL})")
-        return {}
-    if n == 1:
-        raise ConfigError(f"{key}=True with {v}.n=1 is not supported here: one validation answer is greedy; "
-                          f"use n > 1 for sampled answers (see {MANUAL})")
-    for name, train_key in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
-        val, train = ctx.get(f"{v}.{name}"), ctx.get(f"{ROLLOUT}.{train_key}")
-        if name == "top_k":
-            val, train = max(0, as_int(val, f"{v}.top_k")), max(0, as_int(train, f"{ROLLOUT}.top_k"))
-        if not same_value(val, train):
-            raise ConfigError(f"{v}.{name}={ctx.get(f'{v}.{name}')} differs from {ROLLOUT}.{train_key}="
-                              f"{ctx.get(f'{ROLLOUT}.{train_key}')}: validation samples with the training "
-                              f"rollout's settings here (see {MANUAL})")
+    temperature = as_float(ctx.get(f"{v}.temperature"), f"{v}.temperature")
+    if not as_bool(value, key) or temperature == 0:
+        return {"data.val_n": 1}  # real verl's n greedy answers are one answer n times: mean@1 is their mean
+    top_k = as_int(ctx.get(f"{v}.top_k"), f"{v}.top_k")
+    return {"data.val_n": n, "data.val_do_sample": True, "data.val_temperature": temperature,
+            "data.val_top_p": as_float(ctx.get(f"{v}.top_p"), f"{v}.top_p"), "data.val_top_k": max(0, top_k)}
+
+
+# override_optimizer_config entries that change memory or speed, not the update (real verl's offload switches)
+OPTIMIZER_MEMORY_ONLY = ("foreach", "fused", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
+                         "use_precision_aware_optimizer", "optimizer_cpu_offload")
+
+
+def _override_optimizer(value, ctx, key):
+    for name in dict(value or {}):
+        if name not in OPTIMIZER_MEMORY_ONLY:
+            raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
+                         "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
     return {}
 
 
@@ -426,8 +433,12 @@ def _device(value, ctx, key):
 # ---------------------------------------------------------------------------
 
 _MICRO = "micro-batching splits the same update (results equal up to float rounding)"
+_LAYOUT = "the engine's layout over devices: no meaning on one process; several devices run one engine per tensor-parallel group here"
 _ENGINE = "engine internals with no effect on results here"
 _PROFILER = "profiling"
+
+# The reward rows live in their own module; it reads the helpers above (so it is imported here, not at the top).
+from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES  # noqa: E402
 
 _ENTRIES: list[tuple[str, dict]] = [
     # ---- data
@@ -548,7 +559,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.optim.betas", only([0.9, 0.999], why="other Adam betas")),
     (f"{ACTOR}.optim.optimizer", only("AdamW", why="other optimizers")),
     (f"{ACTOR}.optim.optimizer_impl", only("torch.optim", why="other optimizer libraries")),
-    (f"{ACTOR}.optim.override_optimizer_config", only(None, {}, why="extra optimizer arguments")),
+    (f"{ACTOR}.optim.override_optimizer_config", custom(_override_optimizer, "(checked)", dict_value=True,
+                                                         note="memory/speed-only entries (" + ", ".join(
+                                                             OPTIMIZER_MEMORY_ONLY) + ") accepted; others are "
+                                                             "refused")),
     (f"{ACTOR}.optim.clip_grad", to("training.grad_clip", as_float, note="same as grad_clip")),
     (f"{ACTOR}.optim.warmup_style", custom(_scheduler, "training.lr_scheduler", default="constant",
                                            note="constant | cosine, after a linear warm-up")),
@@ -564,7 +578,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.ref.*", ignored("reference-model engine settings: " + _ENGINE)),
     # ---- rollout
     (f"{ROLLOUT}.name", custom(_rollout_name, "rollout.name", real_default="???",
-                               note="vllm | hf; not given: hf here (real verl requires it); sglang is refused")),
+                               note="vllm | sglang | hf; not given: hf here (real verl requires it)")),
     (f"{ROLLOUT}.mode", ignored("sync and async generation give the same samples")),
     (f"{ROLLOUT}.n", to("rollout.n", as_int, default=1, note="samples per prompt")),
     (f"{ROLLOUT}.temperature", custom(_temperature, "rollout.temperature", default=1.0, note="0 when do_sample=False")),
@@ -582,7 +596,16 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.max_num_seqs", to("rollout.max_num_seqs", as_int, note="vLLM")),
     (f"{ROLLOUT}.enforce_eager", to("rollout.enforce_eager", as_bool, note="vLLM")),
     (f"{ROLLOUT}.free_cache_engine", to("rollout.enable_sleep_mode", as_bool, note="vLLM")),
-    (f"{ROLLOUT}.update_weights_bucket_megabytes", to("distributed.weight_bucket_mb", as_float)),
+    (f"{ROLLOUT}.update_weights_bucket_megabytes", to("distributed.weight_bucket_mb", as_float, note="older name")),
+    (f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes", to("distributed.weight_bucket_mb", as_float)),
+    (f"{ROLLOUT}.checkpoint_engine.backend", only("naive", why="weight-transfer backends; weights move in "
+                                                                "memory here")),
+    (f"{ROLLOUT}.checkpoint_engine.*", ignored("weight-transfer settings: " + _ENGINE)),
+    (f"{ROLLOUT}.enable_prefix_caching", ignored("vLLM's prefix cache: speed only (on here; reset at each weight "
+                                                 "update)")),
+    (f"{ROLLOUT}.data_parallel_size", ignored(_LAYOUT)),
+    (f"{ROLLOUT}.expert_parallel_size", ignored(_LAYOUT)),
+    (f"{ROLLOUT}.pipeline_model_parallel_size", ignored(_LAYOUT)),
     (f"{ROLLOUT}.ignore_eos", only(False, why="generating past EOS")),
     (f"{ROLLOUT}.over_sample_rate", only(0, why="aborting slow requests")),
     (f"{ROLLOUT}.skip_rollout", only(False, why="replaying dumped rollouts")),
@@ -608,13 +631,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
-    (f"{ROLLOUT}.val_kwargs.n", to("data.val_n", as_int, default=1, note="validation samples per prompt")),
-    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "(checked)", default=False,
-                                               note="greedy with n=1, or sampled like the training rollout "
-                                                    "with n > 1; other combinations are refused")),
-    (f"{ROLLOUT}.val_kwargs.temperature", reads("checked with val_kwargs.do_sample", default=0.0)),
-    (f"{ROLLOUT}.val_kwargs.top_p", reads("checked with val_kwargs.do_sample", default=1.0)),
-    (f"{ROLLOUT}.val_kwargs.top_k", reads("checked with val_kwargs.do_sample", default=-1)),
+    (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
+    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "data.val_do_sample, data.val_n", default=False,
+                                               note="True: n sampled answers (mean@n; n=1: mean@1_sampled) with "
+                                                    "val_kwargs' temperature/top_p/top_k, besides the greedy "
+                                                    "mean@1; False: the greedy answer (n copies are one)")),
+    (f"{ROLLOUT}.val_kwargs.temperature", reads("data.val_temperature with do_sample", default=0.0)),
+    (f"{ROLLOUT}.val_kwargs.top_p", reads("data.val_top_p with do_sample", default=1.0)),
+    (f"{ROLLOUT}.val_kwargs.top_k", reads("data.val_top_k with do_sample", default=-1)),
     # ---- critic
     ("critic.enable", custom(_critic_enable, "(checked)", default=None, note="null: a critic exactly for gae")),
     ("critic.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
@@ -632,6 +656,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.model.use_shm", ignored(_ENGINE)),
     ("critic.model.enable_activation_offload", ignored("memory only")),
     ("critic.model.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
+    ("critic.fsdp.*", ignored("FSDP engine settings (current name of critic.model.fsdp_config): " + _ENGINE)),
+    ("critic.optim.override_optimizer_config", custom(_override_optimizer, "(checked)", dict_value=True,
+                                                      note="as the actor's")),
     ("critic.optim.lr", to("training.critic_lr", as_float, default=1e-5)),
     ("critic.optim.weight_decay", same_as(f"{ACTOR}.optim.weight_decay", "training.weight_decay")),
     ("critic.optim.warmup_style", same_as(f"{ACTOR}.optim.warmup_style", "training.lr_scheduler")),
@@ -661,15 +688,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
     ("critic.profiler.*", ignored(_PROFILER)),
     # ---- rewards
-    ("reward_model.enable", only(False, why="real verl's token-classification reward model; "
-                                 "use reward_fn.type=huggingface_rm (docs/rewards.md)")),
-    ("reward_model.reward_manager", only("naive", why="other reward managers")),
-    ("reward_model.*", ignored("used with reward_model.enable only")),
-    ("custom_reward_function.path", only(None, why="real verl's per-sample compute_score(data_source, "
-                                         "solution_str, ground_truth, extra_info); write a batch function and "
-                                         "set reward_fn.type=python reward_fn.function=FILE.py:NAME "
-                                         "(docs/rewards.md)")),
-    ("custom_reward_function.*", ignored("used with custom_reward_function.path only")),
+    *REWARD_ENTRIES,  # verl/compat/real_rewards.py
     # ---- algorithm
     ("algorithm.adv_estimator", custom(_adv_estimator, "algorithm.name + algorithm.adv_estimator", default="gae",
                                        note="gae, grpo, rloo, remax, reinforce_plus_plus(_baseline) "
@@ -733,6 +752,11 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("ray_init.num_cpus", to("distributed.num_cpus", as_int, note="older name")),
     ("ray_init.*", ignored("Ray start-up settings")),
     ("global_profiler.*", ignored(_PROFILER)),
+    ("distillation.enabled", only(False, why="on-policy distillation from teacher models")),
+    ("distillation.*", ignored("used with distillation.enabled only")),
+    ("transfer_queue.enable", only(False, why="the transfer-queue data plane; batches stay in memory here")),
+    ("transfer_queue.*", ignored("used with transfer_queue.enable only")),
+    ("skip.*", only(False, None, "cache", [], "~/.verl/rollout_dump", why="replaying dumped rollouts")),
     ("hydra.*", ignored("Hydra's own settings (no Hydra here)")),
 ]
 
@@ -743,8 +767,9 @@ for _key, _fields in _ENTRIES:
 del _key, _fields
 
 # Top-level sections of real verl's config. Our own sections outside these pass straight through.
-REAL_SECTIONS = ("actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "algorithm",
-                 "trainer", "ray_kwargs", "ray_init", "global_profiler", "hydra")
+REAL_SECTIONS = ("actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "reward",
+                 "sandbox_fusion", "algorithm", "distillation", "transfer_queue", "skip", "trainer", "ray_kwargs",
+                 "ray_init", "global_profiler", "hydra")
 
 
 def lookup(key: str) -> Optional[tuple[str, RealKey]]:

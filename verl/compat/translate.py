@@ -20,6 +20,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -38,12 +39,13 @@ DEFAULT_REWARDS = {
     "openai/gsm8k": {"reward_fn.type": "gsm8k", "reward_fn.strict": True, "reward_fn.format_score": 0.0},
     "lighteval/MATH": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
     "DigitalLearningGmbH/MATH-lighteval": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
+    "HuggingFaceH4/MATH-500": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
 }
 # Our sections that real verl's config also has: a key there is read as real verl's first.
 SHARED_SECTIONS = ("data", "algorithm", "critic")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _INTERP = re.compile(r"\$\{([^}]*)\}")
-DEFAULT, GIVEN, NATIVE = 0, 1, 2  # precedence of a value's source
+DEFAULT, FILE, GIVEN, NATIVE = 0, 1, 2, 3  # precedence of a value's source (FILE: --config-name's YAML)
 ACTOR_MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
 
 
@@ -87,7 +89,8 @@ def parse_args(argv: list[str]) -> list[tuple[str, Any]]:
         if item.startswith("~"):
             raise ConfigError(f"{item}: deleting keys (Hydra '~') is not supported here; see {MANUAL}")
         if item.startswith("-"):
-            raise ConfigError(f"{item}: Hydra options are not read here; pass key=value overrides (see {MANUAL})")
+            raise ConfigError(f"{item}: real verl's Hydra option is not supported here (only --config-path and "
+                              f"--config-name are read); pass key=value overrides (see {MANUAL})")
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like key.path=value")
         key, raw = item.split("=", 1)
@@ -114,13 +117,41 @@ def _native_leaf(key: str) -> bool:
     return not dataclasses.is_dataclass(cls)
 
 
+def _close_key(key: str) -> Optional[str]:
+    """A table key that is close in spelling and meaning: the same parent path, and a last part
+    that differs by a typo (difflib ratio >= 0.8, e.g. ppo_mini_batch_sise -> ppo_mini_batch_size)."""
+    parent, _, leaf = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in TABLE if k.rpartition(".")[0] == parent and not k.endswith(".*")}
+    close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)
+    return siblings[close[0]] if close else None
+
+
 def _unsupported(key: str) -> ConfigError:
-    section = key.split(".")[0]
-    candidates = [k for k in TABLE if not k.endswith(".*") and k.split(".")[0] == section]
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return ConfigError(f"{key}: real verl key not supported here, it has no equivalent{hint} ({MANUAL} lists the "
+    close = _close_key(key)
+    hint = f"; did you mean '{close}'?" if close else ""
+    return ConfigError(f"real verl's {key} is not supported: it has no equivalent here{hint} ({MANUAL} lists the "
                        f"keys that map)")
+
+
+def _dict_owner(key: str) -> Optional[str]:
+    """The dict-valued table key above `key` (`custom_reward_function.reward_kwargs` for `...reward_kwargs.a`)."""
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        owner = ".".join(parts[:cut])
+        if owner in TABLE and TABLE[owner].dict_value:
+            return owner
+    return None
+
+
+def _fold(target: dict, owner: str, key: str, value: Any) -> None:
+    """`owner.a.b=v` into target[owner] = {a: {b: v}}."""
+    node = target.setdefault(owner, {})
+    if not isinstance(node, dict):
+        node = target[owner] = {}
+    *path, leaf = key[len(owner) + 1:].split(".")
+    for part in path:
+        node = node.setdefault(part, {})
+    node[leaf] = value
 
 
 # ---------------------------------------------------------------------------
@@ -217,6 +248,14 @@ class Context:
 def _resolve(values: dict) -> None:
     """Resolve `${other.key}` in string values (real verl's own default_local_dir uses it)."""
     def lookup_ref(ref: str, key: str, depth: int) -> Any:
+        if ref.startswith(("oc.select:", "oc.env:")):  # ${oc.select:other.key,default}, ${oc.env:VAR,default}
+            kind, _, rest = ref.partition(":")
+            name, _, fallback = rest.partition(",")
+            name = name.strip()
+            if kind == "oc.env":
+                return os.environ.get(name, parse_value(fallback.strip()) if fallback else None)
+            found = resolve(values[name], name, depth + 1) if name in values else None
+            return found if found is not None else (parse_value(fallback.strip()) if fallback else None)
         if ref.startswith("oc.") or ":" in ref:
             raise ConfigError(f"{key}: resolver '${{{ref}}}' is not supported here; give the value itself")
         if ref not in values:
@@ -244,7 +283,8 @@ def _shown(value: Any) -> str:
 def _put(ours: dict, our_key: str, value: Any, source: str, rank: int) -> None:
     if our_key in ours:
         old_value, old_source, old_rank = ours[our_key]
-        if rank >= GIVEN and old_rank >= GIVEN and not same_value(old_value, value):
+        # two given keys (or two keys of the config file) that disagree; the command line beats the file
+        if min(rank, old_rank) >= FILE and (rank >= GIVEN) == (old_rank >= GIVEN) and not same_value(old_value, value):
             raise ConfigError(f"{source} and {old_source} both set {our_key} here ({_shown(value)} vs "
                               f"{_shown(old_value)}); keep one")
         if rank <= old_rank:
@@ -253,45 +293,51 @@ def _put(ours: dict, our_key: str, value: Any, source: str, rank: int) -> None:
 
 
 def _apply(ctx: Context, items: list, phase: int, notes: list) -> None:
-    for key, entry, value, given in items:
+    for key, entry, value, rank in items:
         if entry.phase != phase:
             continue
         if entry.ignored:
-            if given:
+            if rank == GIVEN:  # a config file's ignored keys are counted in one note instead
                 notes.append(f"ignored {key}={_shown(value)}: {entry.note}")
             continue
-        rank = GIVEN if given else DEFAULT
-        source = f"{key}={_shown(value)}" if given else f"real verl's default {key}={_shown(value)}"
+        source = {GIVEN: f"{key}={_shown(value)}", FILE: f"{ctx.file_where}: {key}={_shown(value)}"}.get(
+            rank, f"real verl's default {key}={_shown(value)}")
         try:
             converted = entry.convert(value, ctx, key)
         except ConfigError as exc:
-            if given or not str(exc).startswith(key):
+            if rank == GIVEN or key not in str(exc):
                 raise
-            raise ConfigError(f"{exc} [{key}={_shown(value)} is real verl's default: give it]") from None
+            why = f"set in {ctx.file_where}" if rank == FILE else "is real verl's default: give it"
+            raise ConfigError(f"{exc} [{key}={_shown(value)} {why}]") from None
         for our_key, our_value in converted.items():
-            if not given and our_key.startswith("algorithm.") and "algorithm.name" in ctx.native:
+            if rank == DEFAULT and our_key.startswith("algorithm.") and "algorithm.name" in ctx.native:
                 continue  # our algorithm.name preset fills what real verl's defaults would
             _put(ctx.ours, our_key, our_value, source, rank)
 
 
 def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
-    """Real verl scores by data_source (default_compute_score); here one reward serves the run."""
-    choice, first = None, None
+    """Real verl scores each row by its data_source (default_compute_score): one source's scorer,
+    or `by_data_source` (verl.rewards.by_data_source) routing each row when the rows mix sources."""
+    from verl.rewards.by_data_source import DEFAULT_SCORERS
+
+    sources: dict[str, str] = {}  # data_source -> the first row naming it
     for row in list(ctx.train_rows()) + list(val_rows):
-        reward = DEFAULT_REWARDS.get(row.data_source)
-        if reward is None:
-            known = ", ".join(DEFAULT_REWARDS)
+        if row.data_source not in DEFAULT_SCORERS:
             raise ConfigError(f"data_source '{row.data_source}' ({row.origin}): real verl's default reward for it is "
-                              f"not built in here (built in: {known}); set reward_fn.type (docs/rewards.md)")
-        if choice is not None and reward != choice:
-            raise ConfigError(f"data_source '{row.data_source}' ({row.origin}) and '{first.data_source}' "
-                              f"({first.origin}) need different rewards; one reward serves a run here: set "
-                              f"reward_fn.type (docs/rewards.md)")
-        choice, first = reward, first or row
-    detail = ", strict '#### n'" if choice.get("reward_fn.strict") else ""
-    notes.append(f"reward: {choice['reward_fn.type']} (format_score 0{detail}) for data_source "
-                 f"{first.data_source}, as real verl's default_compute_score")
-    return choice
+                              f"not built in here (built in: {', '.join(DEFAULT_SCORERS)}); give "
+                              f"custom_reward_function.path=FILE.py (its compute_score) or reward_fn.type "
+                              f"(docs/rewards.md)")
+        sources.setdefault(row.data_source, row.origin)
+    rewards = {src: DEFAULT_REWARDS[src] for src in sources}
+    if len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1:
+        choice = next(iter(rewards.values()))
+        detail = ", strict '#### n'" if choice.get("reward_fn.strict") else ""
+        notes.append(f"reward: {choice['reward_fn.type']} (format_score 0{detail}) for data_source "
+                     f"{', '.join(sources)}, as real verl's default_compute_score")
+        return choice
+    notes.append(f"reward: by_data_source, each row by its data_source ({', '.join(sources)}), as real verl's "
+                 f"default_compute_score; reward/<data_source>/mean per source")
+    return {"reward_fn.type": "by_data_source", "reward_fn.format_score": 0.0}
 
 
 def _dump(value: Any) -> str:
@@ -309,13 +355,16 @@ def _dump(value: Any) -> str:
     return json.dumps(value)
 
 
-def translate(argv: list[str]) -> Translation:
-    pairs = parse_args(argv)
-    given: dict[str, Any] = {}
-    native: dict[str, Any] = {}
-    matched: list[tuple[str, RealKey, Any]] = []  # given keys covered by a group or _target_
+def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list]) -> None:
+    """Sort (key, value) pairs into real keys of the table (`given`), keys under a group row
+    (`matched`) and our own keys (`native`); an unknown real key is refused, or (a config file's:
+    `unknown` is a list) collected."""
     for key, value in pairs:
         section = key.split(".")[0]
+        owner = _dict_owner(key) if section in REAL_SECTIONS else None
+        if owner is not None:
+            _fold(given, owner, key, value)
+            continue
         found = lookup(key) if section in REAL_SECTIONS else None
         if found is not None:
             table_key, entry = found
@@ -323,24 +372,54 @@ def translate(argv: list[str]) -> Translation:
                 given[key] = value
             else:
                 matched.append((key, entry, value))
-        elif section not in REAL_SECTIONS or (section in SHARED_SECTIONS and _native_leaf(key)):
+        elif native is not None and (section not in REAL_SECTIONS or (section in SHARED_SECTIONS
+                                                                      and _native_leaf(key))):
             native[key] = value
+        elif unknown is not None:
+            unknown.append(key)
         else:
             raise _unsupported(key)
+
+
+def translate(argv: list[str]) -> Translation:
+    from verl.compat.config_file import read_config, split_options
+
+    config_path, config_name, argv = split_options(argv)
+    file_values, file_where = read_config(config_path, config_name)
+    pairs = parse_args(argv)
+    given: dict[str, Any] = {}
+    native: dict[str, Any] = {}
+    matched: list[tuple[str, RealKey, Any]] = []  # given keys covered by a group or _target_
+    _classify(pairs, given, native, matched, None)
+    in_file: dict[str, Any] = {}  # the config file's keys of the table, under the command line's
+    file_matched: list = []
+    unknown: list[str] = []
+    _classify([(k, v) for k, v in file_values.items() if k not in given], in_file, None, file_matched, unknown)
+    file_matched = [m for m in file_matched if not m[1].ignored and m[0] not in {k for k, _, _ in matched}]
 
     values = {k: e.default for k, e in TABLE.items() if e.default is not NO_DEFAULT}
     for real_key, entry in TABLE.items():  # our own key read back into the real key that sets it unchanged
         if entry.identity and entry.identity in native and real_key not in given:
             values[real_key] = native[entry.identity]
+    values.update(file_values)  # every key of the file, so that its own ${...} references resolve
+    values.update(in_file)
     values.update(given)
     _resolve(values)
-    ctx = Context(values, set(given), native)
+    for key in unknown:
+        values.pop(key, None)
+    ctx = Context(values, set(given) | set(in_file), native)
+    ctx.file_where = file_where
     for our_key, value in native.items():
         _put(ctx.ours, our_key, value, f"{our_key}={_shown(value)}", NATIVE)
 
-    items = [(k, e, values[k], k in given) for k, e in TABLE.items() if not k.endswith(".*") and k in values]
-    items += [(k, e, v, True) for k, e, v in matched]
+    items = [(k, e, values[k], GIVEN if k in given else FILE if k in in_file else DEFAULT)
+             for k, e in TABLE.items() if not k.endswith(".*") and k in values]
+    items += [(k, e, v, GIVEN) for k, e, v in matched] + [(k, e, v, FILE) for k, e, v in file_matched]
     notes: list[str] = []
+    if file_where:
+        notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table"
+                     + (f"; ignored {len(unknown)} keys that have no equivalent here ({', '.join(unknown[:5])}"
+                        f"{', ...' if len(unknown) > 5 else ''})" if unknown else ""))
     _apply(ctx, items, 1, notes)
     if ctx.our("model.name") is None:
         raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")
@@ -364,7 +443,7 @@ def translate(argv: list[str]) -> Translation:
         val_rows = read_many(ctx.our("data.val_files"), ctx.our("data.prompt_key", "prompt"),
                              ctx.our("data.answer_key", "answer"))
         _put(ctx.ours, "data.val_max_samples", len(val_rows), "real verl validates every row", DEFAULT)
-    if not any(k.startswith("reward_fn.") for k in native):
+    if not any(k.startswith("reward_fn.") for k in ctx.ours):  # no reward of ours, no custom or model reward
         for our_key, value in _pick_reward(ctx, val_rows, notes).items():
             _put(ctx.ours, our_key, value, "the reward for the data_source", DEFAULT)
 

@@ -28,6 +28,12 @@ class DataConfig(Section):
     truncation: str = key("filter", choices=("filter", "left", "right", "error"))
     shuffle: bool = True
     val_n: int = key(1, ge=1, resume_safe=True)  # samples per validation prompt (mean@n)
+    # the sampled validation pass: with val_n > 1 always, with val_n = 1 when val_do_sample (mean@1_sampled);
+    # its temperature / top_p / top_k (None: the training rollout's), as real verl's rollout.val_kwargs
+    val_do_sample: bool = key(False, resume_safe=True)
+    val_temperature: Optional[float] = key(None, gt=0, resume_safe=True)
+    val_top_p: Optional[float] = key(None, gt=0, resume_safe=True)
+    val_top_k: Optional[int] = key(None, ge=0, resume_safe=True)  # 0 = off
     val_max_samples: int = key(256, resume_safe=True)
     baseline_prompt: Optional[str] = key("Explain reinforcement learning in one sentence.", resume_safe=True)
 

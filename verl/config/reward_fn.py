@@ -13,7 +13,7 @@ from verl.errors import ConfigError
 class RewardFnConfig(Section):
     SECTION = "reward_fn"
     # string_match | keyword | length_penalty | python | gsm8k | math | number | format |
-    # huggingface_rm | api | combined
+    # by_data_source | huggingface_rm | api | combined
     type: str = key("string_match", choices="verl.rewards.registry:REWARD_TYPES")
     weight: float = 1.0
     name: Optional[str] = None  # label used in metric names; defaults to type
@@ -21,6 +21,7 @@ class RewardFnConfig(Section):
     keywords: list[str] = key(factory=list)  # keyword
     target_length: int = key(32, gt=0)  # length_penalty (characters)
     function: Optional[str] = None  # python: "path/to/file.py:function_name"
+    kwargs: dict = key(factory=dict)  # python: extra keyword arguments of a real-verl compute_score (reward_kwargs)
     strict: bool = False  # gsm8k: only "#### <n>"
     format_score: float = 0.0  # score for well-formatted but wrong answers
     # huggingface_rm
@@ -61,6 +62,8 @@ class RewardFnConfig(Section):
             raise ConfigError(f"{path}.function: required for type python, as 'path/to/file.py:function_name'")
         if self.type == "python" and ":" not in self.function:
             raise ConfigError(f"{path}.function: '{self.function}' must look like 'path/to/file.py:function_name'")
+        if self.kwargs and self.type != "python":
+            raise ConfigError(f"{path}.kwargs: only for type python (a real-verl compute_score), not {self.type}")
         if self.type == "huggingface_rm" and not self.model_name:
             raise ConfigError(f"{path}.model_name: required for type huggingface_rm")
         if self.type == "api" and not self.url:

@@ -12,6 +12,9 @@ Two signatures are understood; which one a callable has is read from its signatu
           data lacks is a RewardError listing the columns there are.
 * verl's  f(prompts, responses, samples) -> list[float]   (verl.rewards.base)
           any other callable that accepts three positional arguments.
+* real verl's compute_score(data_source, solution_str, ground_truth, extra_info) per sample, or its
+          batched form compute_score(data_sources, solution_strs, ...): a parameter named
+          `solution_str` / `solution_strs` (verl.rewards.compute_score).
 
 Anything else is a ConfigError naming the callable. In the config a callable is the
 component {type: python, function: "module:qualname", name: ...}; the live object is kept
@@ -27,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from verl.errors import ConfigError
 from verl.rewards.base import RewardError, RewardFn
+from verl.rewards.compute_score import batched_fn, per_sample_fn, score_style
 
 # Metric names the trainer writes itself under reward/ (a component of that name would overwrite them)
 RESERVED_NAMES = ("mean", "max", "min", "errors", "overlong_penalty")
@@ -75,12 +79,15 @@ def is_unloadable(spec: Optional[str]) -> bool:
 
 
 def signature_style(fn: Callable, where: str) -> str:
-    """'trl' or 'verl' (rule in the module doc); a ConfigError for anything else."""
+    """'trl', 'verl', 'per_sample' or 'batched' (rule in the module doc); a ConfigError for anything else."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return "verl"  # no readable signature (some builtins): called as verl's f(prompts, responses, samples)
     params = sig.parameters
+    style = score_style(params)
+    if style:
+        return style
     if "completions" in params:
         if params["completions"].kind is inspect.Parameter.POSITIONAL_ONLY:
             raise ConfigError(f"{where}: 'completions' is positional-only; TRL-style rewards are called by keyword")
@@ -126,11 +133,20 @@ def _trl_adapter(fn: Callable, label: str) -> RewardFn:
     return trl_reward
 
 
-def as_reward_fn(fn: Callable, where: str, label: Optional[str] = None) -> RewardFn:
-    """A batch reward function fn(prompts, responses, samples) calling `fn` in its own signature."""
+def as_reward_fn(fn: Callable, where: str, label: Optional[str] = None, kwargs: Optional[dict] = None) -> RewardFn:
+    """A batch reward function fn(prompts, responses, samples) calling `fn` in its own signature;
+    `kwargs` (real verl's reward_kwargs) go to a compute_score's every call."""
     if not callable(fn):
         raise ConfigError(f"{where}: expected a callable, got {type(fn).__name__}")
-    if signature_style(fn, where) == "trl":
+    style = signature_style(fn, where)
+    if kwargs and style not in ("per_sample", "batched"):
+        raise ConfigError(f"{where}: reward kwargs are passed to real verl's compute_score(data_source, "
+                          f"solution_str, ...) only; {label or qualified_name(fn)} has another signature")
+    if style == "per_sample":
+        return per_sample_fn(fn, where, kwargs)
+    if style == "batched":
+        return batched_fn(fn, where, kwargs)
+    if style == "trl":
         return _trl_adapter(fn, label or qualified_name(fn))
     return fn
 

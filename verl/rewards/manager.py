@@ -154,8 +154,21 @@ class RewardManager:
             for i, v in enumerate(values):
                 total[i] += comp.weight * v
             metrics[f"reward/{comp.name}"] = sum(values) / n if n else 0.0
+            extra = getattr(comp.fn, "extra_metrics", None)  # a compute_score's dict entries besides "score"
+            if extra is not None:
+                metrics.update(extra(f"reward/{comp.name}"))
         metrics["reward/errors"] = float(len(errored))
+        metrics.update(source_means(total, samples))
         return total, metrics
+
+
+def source_means(total: list, samples: list) -> dict[str, float]:
+    """`reward/<data_source>/mean` of the combined score, for each data source the samples name."""
+    by_source: dict[str, list] = {}
+    for score, s in zip(total, samples):
+        if s.get("data_source"):
+            by_source.setdefault(str(s["data_source"]), []).append(score)
+    return {f"reward/{src}/mean": sum(v) / len(v) for src, v in by_source.items()}
 
 
 def run_component(comp: Component, prompts, responses, samples) -> tuple[list[float], set[int]]:

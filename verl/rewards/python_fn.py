@@ -1,7 +1,9 @@
 """`python` reward: a user function loaded once from `path/to/file.py:function_name`.
 
 The function has the batch signature `fn(prompts, responses, samples) -> list[float]`
-(see docs/rewards.md), or TRL's `fn(completions, **columns)` (see verl.rewards.callables).
+(see docs/rewards.md), TRL's `fn(completions, **columns)`, or real verl's
+`compute_score(data_source, solution_str, ground_truth, extra_info)` per sample or batched
+(see verl.rewards.callables; `reward_fn.kwargs` are passed to a compute_score).
 A relative path is resolved against the working directory. If the part before ':' is not
 a file path (no '.py', no such file), it is imported as a module instead
 (`my_pkg.rewards:score`).
@@ -62,4 +64,4 @@ def build_python(cfg: RewardFnConfig) -> RewardFn:
     from verl.rewards.callables import as_reward_fn
 
     # TRL's f(completions, **columns) works too: the signature says which (verl.rewards.callables)
-    return as_reward_fn(load_function(cfg.function), "reward_fn.function", label=cfg.function)
+    return as_reward_fn(load_function(cfg.function), "reward_fn.function", label=cfg.function, kwargs=cfg.kwargs)

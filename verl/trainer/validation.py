@@ -5,6 +5,8 @@ Metrics, per data source `src` (and `all`):
     val/<src>/acc@1    fraction of greedy answers scoring >= 1 (correct, for verifiable rewards)
     val/<src>/mean@n   mean reward over data.val_n sampled answers per prompt (when val_n > 1)
     val/<src>/pass@n   fraction of prompts with at least one sampled answer scoring >= 1
+    val/<src>/mean@1_sampled, pass@1_sampled   the same for one sampled answer (data.val_do_sample, val_n = 1)
+The sampled answers use data.val_temperature / val_top_p / val_top_k where set, else the rollout's.
 
 A stop request (SIGINT/SIGTERM) is noticed between batches (and inside a reward call): the pass
 is abandoned with `Interrupted` (verl/signals.py); validation has no state to save.
@@ -43,6 +45,10 @@ class Validator:
         s = SamplingParams.from_config(self.trainer.config.rollout)
         s.greedy, s.n = greedy, n
         s.log_probs = False  # nothing reads them here: vLLM skips computing them
+        data = self.trainer.config.data
+        for name in ("temperature", "top_p", "top_k"):  # the sampled pass's own settings (real verl's val_kwargs)
+            if getattr(data, f"val_{name}") is not None:
+                setattr(s, name, getattr(data, f"val_{name}"))
         return s
 
     @torch.no_grad()
@@ -81,14 +87,15 @@ class Validator:
             logged += [{"prompt": greedy.prompt_text[i], "response": greedy.response_text[i],
                         "ground_truth": greedy.ground_truth[i], "reward": float(g_scores[i]), "kind": "val"}
                        for i in range(min(len(greedy), num_samples_logged - len(logged)))]
-        if n > 1:
+        if n > 1 or t.config.data.val_do_sample:
             sampled = t.rollout.generate(prompts, self._sampling(False, n))
             s_scores, _ = t.reward.score(sampled)
             per_prompt = s_scores.view(-1, n)
+            tag = "" if n > 1 else "_sampled"  # mean@1 is the greedy answer's
             for j, src in enumerate(prompts.data_source):
                 for key in (src, "all"):
-                    scores[key][f"mean@{n}"].append(float(per_prompt[j].mean()))
-                    scores[key][f"pass@{n}"].append(float((per_prompt[j] >= CORRECT).any()))
+                    scores[key][f"mean@{n}{tag}"].append(float(per_prompt[j].mean()))
+                    scores[key][f"pass@{n}{tag}"].append(float((per_prompt[j] >= CORRECT).any()))
 
     @torch.no_grad()
     def baseline_answer(self) -> str | None:
