@@ -32,6 +32,14 @@ fi
 if [[ $want_tests == 1 ]]; then
   say "verl with its test extras (pytest, ray, wandb, gguf)"
   $PY -m pip install -q -e ".[test]"
+  # Real verl 0.9.1, apart from the project (its package is also named `verl`): the algorithm tests
+  # compare against its core_algos (tests/test_algorithms_real_verl.py). Only what core_algos imports.
+  real_verl_dir=${VERL_REAL_VERL_DIR:-$HOME/.cache/verl/real_verl-0.9.1}
+  if [[ ! -f $real_verl_dir/verl/trainer/ppo/core_algos.py ]]; then
+    say "real verl 0.9.1 into $real_verl_dir (the reference of the algorithm tests)"
+    $PY -m pip install -q --no-deps --target "$real_verl_dir" "verl==0.9.1" "tensordict==0.10.0" "pyvers" \
+      "omegaconf" "hydra-core" "antlr4-python3-runtime==4.9.3" "codetiming" "pylatexenc"
+  fi
   if ! command -v chromium >/dev/null 2>&1; then
     # The HTML report test renders the page in headless Chromium.
     say "chromium (apt), for the HTML report test"

@@ -266,3 +266,19 @@ def test_trainer_step_keep_logits_equals_recompute(tmp_path, monkeypatch, tiny_g
     assert len(g0) == len(g1) > 0
     for a, b in zip(g0, g1):
         assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()), rtol=1e-4)
+
+
+def test_head_sum_pi_squared_matches_the_full_softmax():
+    # sum_v softmax(z / T)_v^2 from the full (N, V) logits, against the chunked head pass (chunks of 3 rows)
+    from verl.workers.logprobs import head_sum_pi_squared
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 11)
+    hidden = torch.randn(7, 8)
+    want = torch.softmax(head(hidden) / 0.7, dim=-1).pow(2).sum(-1)
+    got = head_sum_pi_squared(hidden, head, temperature=0.7, chunk_size=3)
+    assert torch.allclose(got, want, atol=1e-6)
+    # a uniform distribution (all logits equal) has squared norm 1/V
+    uniform = torch.nn.Linear(8, 11, bias=False)
+    torch.nn.init.zeros_(uniform.weight)
+    assert torch.allclose(head_sum_pi_squared(torch.randn(2, 8), uniform), torch.full((2,), 1 / 11))

@@ -26,6 +26,13 @@ def test_preset_short_run(tmp_path, tiny_gpt2, preset):
     assert changed == len(before), f"{preset}: {len(before) - changed} parameter tensors unchanged"
     if preset == "dapo":
         assert "rollout/dynamic_dropped" in m and "reward/overlong_penalty" in m
+    batch = trainer._last_batch
+    if preset == "gdpo":  # the reward's one component, kept per sample for the decoupled normalisation
+        assert batch.reward_parts.shape == (len(batch), 1)
+        assert torch.allclose(batch.reward_parts[:, 0] * trainer.reward_weights[0], batch.scores)
+    if preset == "otb":  # sum_v pi(v)^2 of each response position, from the log-prob pass: in (0, 1]
+        sq = batch.sum_pi_squared[batch.response_mask > 0]
+        assert sq.numel() and bool((sq > 0).all() and (sq <= 1 + 1e-5).all())
 
 
 def test_critic_warmup_trains_only_the_critic_first(tmp_path, tiny_gpt2):

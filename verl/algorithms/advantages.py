@@ -34,8 +34,7 @@ from verl.algorithms.masked import group_stats, masked_whiten
 Tensor = torch.Tensor
 
 
-
-def _broadcast(per_seq: Tensor, mask: Tensor) -> Tensor:
+def broadcast_over_tokens(per_seq: Tensor, mask: Tensor) -> Tensor:
     """(B,) -> (B, R): the sequence's value on its valid tokens, 0 elsewhere."""
     mask = mask.to(per_seq.dtype)
     return per_seq[:, None] * mask
@@ -104,7 +103,7 @@ def compute_grpo(
     if norm_by_std:
         adv = adv / (std + eps)
     adv = torch.where(size > 1, adv, torch.zeros_like(adv))
-    adv = _broadcast(adv, mask)
+    adv = broadcast_over_tokens(adv, mask)
     return adv, adv.clone()
 
 
@@ -120,7 +119,7 @@ def compute_rloo(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Ten
     n = size
     loo_mean = (n * mean - scores) / (n - 1).clamp_min(1)  # mean of the other n-1 samples
     adv = torch.where(n > 1, scores - loo_mean, torch.zeros_like(scores))
-    adv = _broadcast(adv, mask)
+    adv = broadcast_over_tokens(adv, mask)
     return adv, adv.clone()
 
 
@@ -145,7 +144,7 @@ def compute_reinforce_pp_baseline(scores: Tensor, mask: Tensor, group_ids: Seque
         A = whiten_batch( (r_i - mean_{g(i)} r) * m[i, t] )
     """
     size, mean, _ = group_stats(scores, group_ids)
-    adv = _broadcast(scores - mean, mask)
+    adv = broadcast_over_tokens(scores - mean, mask)
     adv = masked_whiten(adv, mask)
     return adv, adv.clone()
 
@@ -157,7 +156,7 @@ def compute_remax(scores: Tensor, baseline_scores: Tensor, mask: Tensor) -> tupl
 
         A_i = r_i - r_i^greedy, broadcast over valid tokens.
     """
-    adv = _broadcast(scores - baseline_scores, mask)
+    adv = broadcast_over_tokens(scores - baseline_scores, mask)
     return adv, adv.clone()
 
 
@@ -172,6 +171,10 @@ class AdvantageInputs:
     scores: Optional[Tensor] = None
     baseline_scores: Optional[Tensor] = None
     group_ids: Optional[Sequence] = None
+    reward_parts: Optional[Tensor] = None  # (B, K) each reward component's raw score (gdpo)
+    reward_weights: Optional[Sequence[float]] = None  # (K,) their weights
+    old_log_probs: Optional[Tensor] = None  # (B, R) log pi_old of the sampled tokens
+    sum_pi_squared: Optional[Tensor] = None  # (B, R) sum_v pi_old(v)^2 at each position
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std: bool = True
@@ -188,7 +191,9 @@ class Estimator:
     """One `algorithm.adv_estimator`. compares_group: compares the n samples of a prompt (needs
     rollout.n >= 2, default n 4); needs_critic: reads values V(s_t); greedy_baseline: needs the
     reward of the greedy answer to each prompt (an extra rollout); whiten: advantages are
-    normalised over the batch afterwards."""
+    normalised over the batch afterwards; reads_reward_parts: reads each reward component's
+    score (the batch keeps them); needs_sum_pi_squared: reads sum_v pi_old(v)^2 per token (the
+    actor's log-prob pass computes it, and pi_old cannot come from the update's forward)."""
 
     name: str
     fn: Callable[[AdvantageInputs], tuple[Tensor, Tensor]]
@@ -196,6 +201,8 @@ class Estimator:
     needs_critic: bool = False
     greedy_baseline: bool = False
     whiten: bool = False
+    reads_reward_parts: bool = False
+    needs_sum_pi_squared: bool = False
 
 
 ESTIMATORS: dict[str, Estimator] = {}
@@ -244,6 +251,9 @@ def _remax(x: AdvantageInputs):
     return compute_remax(x.need("scores"), x.need("baseline_scores"), x.mask)
 
 
+# gpg, opo, gdpo, optimal_token_baseline register themselves (after the table and helpers above).
+from verl.algorithms import group_baselines  # noqa: E402,F401
+
 ADV_ESTIMATORS = tuple(ESTIMATORS)
 GROUP_ESTIMATORS = tuple(name for name, e in ESTIMATORS.items() if e.compares_group)
 
@@ -256,6 +266,8 @@ def compute_advantages(estimator: str, *, mask: Tensor, **inputs) -> tuple[Tenso
     gae: token_rewards, values, gamma, lam      reinforce_pp: token_rewards, gamma
     grpo: scores, group_ids, norm_adv_by_std    dr_grpo: scores, group_ids (never divides by std)
     rloo / reinforce_pp_baseline: scores, group_ids     remax: scores, baseline_scores
+    gpg / opo: scores, group_ids (gpg: norm_adv_by_std)  gdpo: reward_parts, reward_weights, group_ids
+    optimal_token_baseline: token_rewards, group_ids, old_log_probs, sum_pi_squared
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"advantage estimator '{estimator}' is not one of {', '.join(ADV_ESTIMATORS)}")

@@ -2,11 +2,11 @@
 
 Sign convention: advantages > 0 mean "make this token more likely"; the returned loss
 is the negated surrogate objective, so gradient descent on it raises pi(token) where A > 0.
+rho_t = exp(logp_t - old_t) is the token's importance ratio.
 
   ppo        Schulman et al. 2017 ("Proximal Policy Optimization Algorithms"), with
              asymmetric bounds (DAPO's clip-higher, Yu et al. 2025) and optional dual clip
              (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"):
-                 rho_t = exp(logp_t - old_t)
                  L_t   = max(-A_t rho_t, -A_t clip(rho_t, 1 - eps_low, 1 + eps_high))
                  if c > 1 and A_t < 0:  L_t = min(L_t, -c A_t)
   gspo       Zheng et al. 2025 ("Group Sequence Policy Optimization"), GSPO-token form:
@@ -15,6 +15,11 @@ is the negated surrogate objective, so gradient descent on it raises pi(token) w
                           gradient s_i * grad logp_t), then clipped like ppo with s_i,t.
   reinforce  L_t = -A_t logp_t (Williams 1992). Its gradient equals ppo's at rho = 1, i.e.
              for on-policy, single-epoch updates; no ratio, no clipping.
+  gpg        Chu et al. 2025 ("GPG: A Simple and Strong Reinforcement Learning Baseline for
+             Model Reasoning"): the plain policy gradient L_t = -A_t logp_t, reinforce's
+             formula under GPG's name (pair it with the `gpg` estimator).
+  cispo, sapo, geo_mean         policy_losses_ratio.py (reshaped importance ratios)
+  clip_cov, kl_cov              policy_losses_cov.py (covariance-selected tokens)
 
 `is_weights` (B, R): optional truncated importance weights min(pi_old / pi_rollout, cap)
 (TIS, Yao et al. 2025) that multiply the per-token loss, correcting for the rollout engine's
@@ -23,40 +28,50 @@ numerics differing from the trainer's. Treated as constants.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from verl.algorithms.aggregation import aggregate_loss
 from verl.algorithms.masked import masked_mean
+from verl.algorithms.policy_loss_base import (
+    MAX_LOG_RATIO,
+    POLICY_LOSSES,
+    PolicyLossInputs,
+    clipped_surrogate,
+    policy_loss,
+    zero_metric,
+)
 
 Tensor = torch.Tensor
 
-POLICY_LOSSES = ("ppo", "gspo", "reinforce")
-_MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps ratio and its gradient finite on garbage tokens
+
+def _no_clipping(like: Tensor) -> dict:
+    zero = zero_metric(like)
+    return dict(pg_clipfrac=zero, pg_clipfrac_high=zero, pg_clipfrac_low=zero, pg_clipfrac_lower=zero)
 
 
-def _clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Tensor, low: float, high: float,
-                       clip_c: float) -> tuple[Tensor, dict]:
-    """Per-token PPO loss (B, R) and clipping fractions (masked token means)."""
-    loss_unclipped = -advantages * ratio  # (B, R)
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
-    loss = torch.maximum(loss_unclipped, loss_clipped)
-    clipped = (loss_clipped > loss_unclipped).to(ratio.dtype)  # the bound took over
-    metrics = {
-        "pg_clipfrac": masked_mean(clipped, mask),
-        "pg_clipfrac_high": masked_mean(clipped * (advantages > 0).to(ratio.dtype), mask),  # rho > 1 + high
-        "pg_clipfrac_low": masked_mean(clipped * (advantages < 0).to(ratio.dtype), mask),  # rho < 1 - low
-    }
-    if clip_c and clip_c > 1.0:
-        loss_dual = -advantages * clip_c  # (B, R) > 0 where A < 0
-        negative = advantages < 0
-        dual_active = negative & (loss > loss_dual)  # rho > c: the loss would grow without bound
-        loss = torch.where(negative, torch.minimum(loss, loss_dual), loss)
-        metrics["pg_clipfrac_lower"] = masked_mean(dual_active.to(ratio.dtype), mask)
-    else:
-        metrics["pg_clipfrac_lower"] = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-    return loss, metrics
+@policy_loss("ppo")
+def _ppo(x: PolicyLossInputs):
+    ratio = torch.exp(x.log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return clipped_surrogate(ratio, x.advantages, x.mask, x.clip_low, x.clip_high, x.clip_c)
+
+
+@policy_loss("gspo")
+def _gspo(x: PolicyLossInputs):
+    seq_log_ratio = masked_mean(x.log_ratio.detach(), x.mask, dim=-1)  # (B,) log s_i
+    # value log s_i on every token; gradient of token t flows only through logp_t
+    log_ratio = (seq_log_ratio[:, None] + x.log_probs - x.log_probs.detach()).clamp(max=10.0)  # (B, R)
+    return clipped_surrogate(torch.exp(log_ratio), x.advantages, x.mask, x.clip_low, x.clip_high, x.clip_c)
+
+
+@policy_loss("gpg")  # GPG's loss is REINFORCE's formula
+@policy_loss("reinforce")
+def _reinforce(x: PolicyLossInputs):
+    return -x.advantages * x.log_probs, _no_clipping(x.log_probs)
+
+# The other families register themselves on import (after the table and helpers above exist).
+from verl.algorithms import policy_losses_cov, policy_losses_ratio  # noqa: E402,F401
 
 
 def compute_policy_loss(
@@ -74,12 +89,15 @@ def compute_policy_loss(
     num_seqs: Optional[int] = None,
     max_response_len: Optional[int] = None,
     is_weights: Optional[Tensor] = None,
+    params: Any = None,
 ) -> tuple[Tensor, dict]:
     """Policy loss (scalar, this micro-batch's share, see `aggregate_loss`) and metrics.
 
     log_probs (B, R) carry gradient (current policy); old_log_probs, advantages, mask,
-    is_weights (B, R) are constants. Metrics are detached 0-d tensors:
-      pg_clipfrac        fraction of valid tokens where a PPO bound was active
+    is_weights (B, R) are constants. `params`: the losses' own knobs (AlgorithmConfig.loss_params).
+    A loss with a fixed aggregation (geo_mean) uses it whatever `loss_agg_mode` says (the config
+    refuses the mismatch). Metrics are detached 0-d tensors:
+      pg_clipfrac        fraction of valid tokens where a bound was active (clip_cov: tokens detached)
       pg_clipfrac_high   ... the upper bound (A > 0, rho > 1 + high)
       pg_clipfrac_low    ... the lower bound (A < 0, rho < 1 - low)
       pg_clipfrac_lower  ... the dual-clip bound (A < 0, rho > c)
@@ -87,31 +105,15 @@ def compute_policy_loss(
     """
     if kind not in POLICY_LOSSES:
         raise ValueError(f"policy loss '{kind}' is not one of {', '.join(POLICY_LOSSES)}")
+    loss_fn = POLICY_LOSSES[kind]
     mask = mask.to(log_probs.dtype)
-    old_log_probs = old_log_probs.detach()
-    advantages = advantages.detach()
-    log_ratio = log_probs - old_log_probs  # (B, R)
-    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
-    metrics = {"ppo_kl": masked_mean(-log_ratio.detach(), mask)}
-
-    if kind == "reinforce":
-        loss_mat = -advantages * log_probs  # (B, R)
-        metrics.update(pg_clipfrac=zero, pg_clipfrac_high=zero, pg_clipfrac_low=zero, pg_clipfrac_lower=zero)
-    else:
-        if kind == "ppo":
-            log_ratio_used = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        else:  # gspo
-            seq_log_ratio = masked_mean(log_ratio.detach(), mask, dim=-1)  # (B,) log s_i
-            # value log s_i on every token; gradient of token t flows only through logp_t
-            log_ratio_used = seq_log_ratio[:, None] + log_probs - log_probs.detach()  # (B, R)
-            log_ratio_used = log_ratio_used.clamp(max=10.0)
-        ratio = torch.exp(log_ratio_used)
-        loss_mat, clip_metrics = _clipped_surrogate(ratio, advantages, mask, clip_ratio_low,
-                                                    clip_ratio_high, clip_ratio_c)
-        metrics.update(clip_metrics)
-
+    x = PolicyLossInputs(log_probs, old_log_probs.detach(), advantages.detach(), mask, clip_ratio_low,
+                         clip_ratio_high, clip_ratio_c, params)
+    loss_mat, metrics = loss_fn.fn(x)
+    metrics = {**_no_clipping(log_probs), **metrics}
+    metrics.setdefault("ppo_kl", masked_mean(-x.log_ratio.detach(), mask))
     if is_weights is not None:
         loss_mat = loss_mat * is_weights.detach()
-    loss = aggregate_loss(loss_mat, mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
-                          max_response_len=max_response_len)
+    loss = aggregate_loss(loss_mat, mask, loss_fn.agg_mode or loss_agg_mode, num_tokens=num_tokens,
+                          num_seqs=num_seqs, max_response_len=max_response_len)
     return loss, {k: v.detach() for k, v in metrics.items()}

@@ -39,6 +39,23 @@ class OverlongPenaltyConfig(Section):
 
 
 @dataclass
+class LossParamsConfig(Section):
+    """The knobs of individual policy losses (verl/algorithms/policy_losses_*.py), papers' defaults."""
+    SECTION = "algorithm.loss_params"
+    tau_pos: float = key(1.0, gt=0)  # sapo: gate temperature where A > 0 (Gao et al. 2025)
+    tau_neg: float = key(1.05, gt=0)  # sapo: where A <= 0
+    clip_cov_ratio: float = key(2e-4, gt=0, unit="(0, 1]")  # clip_cov: share of tokens held back
+    clip_cov_lb: float = 1.0  # clip_cov: covariance window (lb, ub) of the candidates
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = key(2e-4, gt=0, unit="(0, 1]")  # kl_cov: share of tokens with the KL penalty
+    ppo_kl_coef: float = key(1.0, ge=0)  # kl_cov: coefficient of |logp - old| on them
+
+    def validate(self, path: str) -> None:
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ConfigError(f"{path}.clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})")
+
+
+@dataclass
 class AlgorithmConfig(Section):
     SECTION = "algorithm"
     # Preset that fills the keys below which the user did not set (verl/algorithms/presets.py)
@@ -60,7 +77,8 @@ class AlgorithmConfig(Section):
     clip_ratio_high: Optional[float] = key(None, gt=0)  # None -> clip_ratio_low (symmetric)
     clip_ratio_c: float = 0.0  # dual-clip lower bound for negative advantages; 0 = off
     loss_agg_mode: Optional[str] = key(None, choices="verl.algorithms.aggregation:LOSS_AGG_MODES",
-                                       unset="token-mean")
+                                       unset="token-mean")  # geo_mean: its own, seq-mean-token-mean
+    loss_params: LossParamsConfig = key(factory=LossParamsConfig)
     norm_adv_by_std_in_grpo: Optional[bool] = key(None, unset=True)
     # Value side
     cliprange_value: float = 0.2
@@ -73,6 +91,10 @@ class AlgorithmConfig(Section):
     def validate(self, path: str) -> None:
         if self.clip_ratio_c and self.clip_ratio_c <= 1:
             raise ConfigError(f"{path}.clip_ratio_c: dual-clip bound must be > 1 (or 0 = off), got {self.clip_ratio_c}")
+        fixed = _fixed_agg_mode(self.policy_loss)
+        if fixed and self.loss_agg_mode not in (None, fixed):
+            raise ConfigError(f"{path}.loss_agg_mode: policy loss '{self.policy_loss}' averages one number per "
+                              f"sequence, so it aggregates with {fixed}; got '{self.loss_agg_mode}'")
 
 
 def apply_preset(algo: AlgorithmConfig) -> None:
@@ -80,10 +102,22 @@ def apply_preset(algo: AlgorithmConfig) -> None:
     and derive clip_ratio_high; then check the filled section."""
     from verl.algorithms.presets import PRESETS
 
-    _fill(algo, PRESETS[algo.name])
+    partial = PRESETS[algo.name]
+    fixed = _fixed_agg_mode(algo.policy_loss or partial.get("policy_loss"))
+    if fixed and algo.loss_agg_mode is None:  # the loss's own aggregation before any preset default
+        algo.loss_agg_mode = fixed
+    _fill(algo, partial)
     if algo.clip_ratio_high is None:
         algo.clip_ratio_high = algo.clip_ratio_low
     algo.check(AlgorithmConfig.SECTION)
+
+
+def _fixed_agg_mode(policy_loss: Optional[str]) -> Optional[str]:
+    """The aggregation a policy loss's formula fixes (geo_mean), else None."""
+    from verl.algorithms.policy_losses import POLICY_LOSSES
+
+    loss = POLICY_LOSSES.get(policy_loss or "")
+    return loss.agg_mode if loss else None
 
 
 def _fill(section: Section, partial: dict) -> None:

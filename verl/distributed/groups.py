@@ -187,13 +187,19 @@ class RewardGroup:
         self.group = group
 
     def score(self, batch: Batch) -> tuple[torch.Tensor, dict]:
+        scores, _, metrics = self.score_parts(batch)
+        return scores, metrics
+
+    def score_parts(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """(scores (B,), each component's scores (B, K), metrics): RewardManager.score_parts over the ranks."""
         parts = batch.chunk(self.group.world_size)
-        results = self.group.call("score", per_rank=parts)
-        scores = torch.cat([s for s, _ in results]).float()
+        results = self.group.call("score_parts", per_rank=parts)
+        scores = torch.cat([s for s, _, _ in results]).float()
+        components = torch.cat([c for _, c, _ in results]).float()
         n = max(1, len(batch))
         metrics: dict = {}
-        for part, (_, m) in zip(parts, results):
+        for part, (_, _, m) in zip(parts, results):
             for k, v in m.items():
                 # counts add up; per-sample means are weighted by the rows each rank scored
                 metrics[k] = metrics.get(k, 0.0) + (v if k.endswith("errors") else v * len(part) / n)
-        return scores, metrics
+        return scores, components, metrics

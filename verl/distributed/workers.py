@@ -107,8 +107,8 @@ class ShardedActor(RankShare, Actor):
 
     param_copy_supported = False
 
-    def _forward(self, mb: Batch, with_entropy: bool):
-        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy)
+    def _forward(self, mb: Batch, with_entropy: bool, with_sum_pi_squared: bool = False):
+        return fsdp.fsdp_forward(self.model, super()._forward, mb, with_entropy, with_sum_pi_squared)
 
 
 class ShardedCritic(RankShare, Critic):
@@ -259,7 +259,7 @@ class RewardWorker(RankWorker):
         self.log("reward model ready")
         return 0
 
-    def score(self, batch: Batch):
+    def score_parts(self, batch: Batch):
         if not len(batch):
-            return torch.zeros(0), {}
-        return self.manager.score(batch)
+            return torch.zeros(0), torch.zeros(0, len(self.manager.components)), {}
+        return self.manager.score_parts(batch)

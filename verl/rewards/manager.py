@@ -134,22 +134,35 @@ class RewardManager:
 
     def __call__(self, prompts: list, responses: list, samples: list) -> list[float]:
         """Combined scores as a plain list (the manager is itself a reward function)."""
-        total, _ = self._score_lists(prompts, responses, samples)
+        total, _, _ = self._score_lists(prompts, responses, samples)
         return total
 
     def score(self, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """(scores (B,) float32, metrics) for a Batch with prompt_text/response_text filled."""
-        prompts, responses, samples = build_samples(batch, self.max_response_length)
-        total, metrics = self._score_lists(prompts, responses, samples)
-        return torch.tensor(total, dtype=torch.float32), metrics
+        scores, _, metrics = self.score_parts(batch)
+        return scores, metrics
 
-    def _score_lists(self, prompts, responses, samples) -> tuple[list[float], dict[str, float]]:
+    def score_parts(self, batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """(scores (B,), parts (B, K): each component's unweighted score, metrics); `weights` (K,)
+        combine the parts into the scores. GDPO normalises the parts one by one."""
+        prompts, responses, samples = build_samples(batch, self.max_response_length)
+        total, metrics, parts = self._score_lists(prompts, responses, samples)
+        parts = torch.tensor(parts, dtype=torch.float32).T.reshape(len(total), len(self.components))
+        return torch.tensor(total, dtype=torch.float32), parts, metrics
+
+    @property
+    def weights(self) -> list[float]:
+        return [c.weight for c in self.components]
+
+    def _score_lists(self, prompts, responses, samples) -> tuple[list[float], dict[str, float], list[list[float]]]:
         n = len(responses)
         total = [0.0] * n
         metrics: dict[str, float] = {}
         errored: set[int] = set()
+        parts = []  # (K, B)
         for comp in self.components:
             values, bad = run_component(comp, prompts, responses, samples)
+            parts.append(values)
             errored |= bad
             for i, v in enumerate(values):
                 total[i] += comp.weight * v
@@ -159,7 +172,7 @@ class RewardManager:
                 metrics.update(extra(f"reward/{comp.name}"))
         metrics["reward/errors"] = float(len(errored))
         metrics.update(source_means(total, samples))
-        return total, metrics
+        return total, metrics, parts
 
 
 def source_means(total: list, samples: list) -> dict[str, float]:

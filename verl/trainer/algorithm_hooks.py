@@ -15,6 +15,7 @@ import copy
 
 import torch
 
+from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.dapo import dynamic_sampling_keep, overlong_penalty
 from verl.algorithms.requirements import needs_greedy_baseline
 from verl.batch import Batch
@@ -77,8 +78,10 @@ class AlgorithmHooks:
     def may_defer_pi_old(self, global_step: int) -> bool:
         """log pi_old may come from the actor update's first forward (the actor decides whether
         its own settings allow it): not when the reward needs pi_old before the update (KL in the
-        reward), nor when the actor does not update this step (critic warm-up)."""
-        return not self.cfg.use_kl_in_reward and global_step >= self.cfg.critic_warmup
+        reward), nor when the advantages read pi_old (the optimal token baseline), nor when the actor
+        does not update this step (critic warm-up)."""
+        reads_pi_old = ESTIMATORS[self.cfg.adv_estimator].needs_sum_pi_squared
+        return not self.cfg.use_kl_in_reward and not reads_pi_old and global_step >= self.cfg.critic_warmup
 
     def updates_actor(self, global_step: int) -> bool:
         return global_step >= self.cfg.critic_warmup

@@ -5,6 +5,8 @@ Pure functions of a Batch: where the reward sits, KL in the reward, advantages.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from verl.algorithms.advantages import ESTIMATORS, compute_advantages
@@ -30,11 +32,13 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return out * (response_mask.sum(dim=1, keepdim=True) > 0)
 
 
-def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float) -> tuple[Batch, dict]:
+def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float,
+                   reward_weights: Optional[list] = None) -> tuple[Batch, dict]:
     """Fill token_level_scores/rewards, advantages and returns.
 
     token_level_rewards = scores on the last token - kl_coef * KL(old || ref) per token
-    (when use_kl_in_reward); outcome estimators use its per-sequence sum.
+    (when use_kl_in_reward); outcome estimators use its per-sequence sum. `reward_weights`:
+    the reward components' weights, for the estimators that read batch.reward_parts (gdpo).
     """
     a = algorithm_cfg
     mask = batch.response_mask
@@ -50,7 +54,9 @@ def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float) -> tuple[Batch, 
     advantages, returns = compute_advantages(
         a.adv_estimator, token_rewards=batch.token_level_rewards, values=batch.values,
         scores=batch.token_level_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
-        group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo)
+        group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo,
+        reward_parts=batch.reward_parts, reward_weights=reward_weights, old_log_probs=batch.old_log_probs,
+        sum_pi_squared=batch.sum_pi_squared)
     if ESTIMATORS[a.adv_estimator].whiten:  # gae: PPO normalises advantages per batch
         advantages = masked_whiten(advantages, mask)
     batch.advantages, batch.returns = advantages, returns

@@ -17,6 +17,7 @@ import os
 
 import torch
 
+from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.kl import build_kl_controller
 from verl.algorithms.masked import masked_mean
 from verl.backends import build_backend
@@ -61,6 +62,8 @@ class Trainer:
                                                               self.inputs.val_rows, tools=self.tool_schemas)
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
                                            functions=self.inputs.functions)
+        self.reward_weights = self.reward.weights  # the components' weights (GDPO combines its parts with them)
+        self._keeps_reward_parts = ESTIMATORS[cfg.algorithm.adv_estimator].reads_reward_parts
         self.sampling = SamplingParams.from_config(cfg.rollout)
         self._first_rollout_step = None  # the first step this process generated for (a stale-weights check)
         self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling)  # the algorithm's special cases
@@ -157,7 +160,11 @@ class Trainer:
 
     @stage("reward")
     def score(self, batch: Batch):
-        return self.reward.score(batch)
+        """(scores (B,), metrics); batch.reward_parts too where the estimator reads them (gdpo)."""
+        if not self._keeps_reward_parts:
+            return self.reward.score(batch)
+        scores, batch.reward_parts, metrics = self.reward.score_parts(batch)
+        return scores, metrics
 
     def compute_old_log_probs(self, batch: Batch) -> None:
         """log pi_old now, unless (the algorithm allowing, the actor deciding) it comes from the
@@ -182,7 +189,8 @@ class Trainer:
 
     @stage("advantages")
     def compute_advantages(self, batch: Batch) -> None:
-        _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value)
+        _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value,
+                                                      self.reward_weights)
 
     @stage("update_critic")
     def update_critic(self, batch: Batch) -> None:

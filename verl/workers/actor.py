@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.aggregation import aggregate_loss
 from verl.algorithms.kl import kl_penalty
 from verl.algorithms.off_policy import importance_weights
@@ -33,7 +34,7 @@ from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, base_model, lora_enabled
 from verl.workers.compile import CompiledLayers
-from verl.workers.logprobs import head_log_probs, lm_head, response_hidden
+from verl.workers.logprobs import head_log_probs, head_sum_pi_squared, lm_head, response_hidden
 from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import OptimizerOffload
@@ -126,15 +127,20 @@ class Actor(TrainingState):
         return self.micro if self.budget is None else self.budget.apply(self.micro)
 
     # ------------------------------------------------------------------ forward
-    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+    def _forward(self, mb: Batch, with_entropy: bool, with_sum_pi_squared: bool = False):
         """One trunk + LM head pass over a micro-batch -> (mb on the device, log-probs (b, r'),
-        entropy (b, r'), zeros unless `with_entropy`), in the caller's grad mode."""
+        entropy (b, r'), zeros unless `with_entropy`, sum_v pi(v)^2 (b, r') or None unless
+        `with_sum_pi_squared`: one more pass over the head, no-grad), in the caller's grad mode."""
         model = self.forward_model()
         with on_device(mb, self.device, self.micro.packed, self.compute_dtype, self.compiled) as (mb, packed):
             rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
                                  packed=packed, packing_mode=self.packing_mode)
             logp, ent = self._head_log_probs(model, rh, with_entropy)
-        return mb, logp, ent
+            sq = None
+            if with_sum_pi_squared:
+                sq = rh.unpack(head_sum_pi_squared(rh.hidden, lm_head(model), self.temperature,
+                                                   self.training.logprob_chunk_size))
+        return mb, logp, ent, sq
 
     def _head_log_probs(self, model, rh, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The chunked LM head over a trunk pass's response positions -> (b, r') each."""
@@ -146,13 +152,20 @@ class Actor(TrainingState):
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(log_probs (B, R), entropy (B, R)) of the sampled response tokens, on CPU."""
-        logps, ents = [], []
+        logp, ent, _ = self._log_prob_pass(batch, with_sum_pi_squared=False)
+        return logp, ent
+
+    @torch.no_grad()
+    def _log_prob_pass(self, batch: Batch, with_sum_pi_squared: bool):
+        """(log_probs, entropy, sum_v pi(v)^2 or None), each (B, R) on CPU, micro-batch by micro-batch."""
+        columns: list = [[], [], []]
         for mb in self._micro_batching().split(batch):
-            _, lp, ent = self._forward(mb, with_entropy=True)
-            logps.append(pad_response_columns(lp.float(), batch.response_length))
-            ents.append(pad_response_columns(ent.float(), batch.response_length))
+            _, *parts = self._forward(mb, with_entropy=True, with_sum_pi_squared=with_sum_pi_squared)
+            for out, part in zip(columns, parts):
+                if part is not None:
+                    out.append(pad_response_columns(part.float(), batch.response_length))
         # One device->host copy at the end: no sync between micro-batches; row order kept.
-        return torch.cat(logps).cpu(), torch.cat(ents).cpu()
+        return tuple(torch.cat(c).cpu() if c else None for c in columns)
 
     # --------------------------------------------------------------------- pi_old
     def defers_old_log_probs(self, batch: Batch, may_defer: bool) -> bool:
@@ -169,7 +182,10 @@ class Actor(TrainingState):
         if self.defers_old_log_probs(batch, may_defer):
             batch.old_log_probs = self.last_entropy = None
             return
-        batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
+        wants_sq = ESTIMATORS[self.algorithm.adv_estimator].needs_sum_pi_squared  # the optimal token baseline
+        batch.old_log_probs, self.last_entropy, sq = self._log_prob_pass(batch, with_sum_pi_squared=wants_sq)
+        if wants_sq:
+            batch.sum_pi_squared = sq
 
     def _one_step_per_batch(self, batch: Batch) -> bool:
         return self.training.num_epochs == 1 and self.training.mini_batch_size >= len(batch)
@@ -228,7 +244,7 @@ class Actor(TrainingState):
     def _micro_loss(self, mb: Batch, counts: dict) -> MicroLoss:
         """Forward + policy loss of one micro-batch (the update loop runs the backward).
         Entropy costs a pass over each chunk's logits: only when the loss or pi_old needs it."""
-        mb, logp, ent = self._forward(mb, with_entropy=self.algorithm.entropy_coeff > 0 or self._keep_pi_old)
+        mb, logp, ent, _ = self._forward(mb, with_entropy=self.algorithm.entropy_coeff > 0 or self._keep_pi_old)
         return self._policy_micro_loss(mb, logp, ent, counts)
 
     def _policy_micro_loss(self, mb: Batch, logp, ent, counts: dict) -> MicroLoss:
@@ -253,7 +269,7 @@ class Actor(TrainingState):
         pg_loss, pg_metrics = compute_policy_loss(
             a.policy_loss, logp, mb.old_log_probs, mb.advantages, mask,
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
-            loss_agg_mode=a.loss_agg_mode, is_weights=is_weights, **counts)
+            loss_agg_mode=a.loss_agg_mode, is_weights=is_weights, params=a.loss_params, **counts)
         loss = pg_loss
         sums = {"actor/pg_loss": pg_loss.detach()}
         if a.entropy_coeff > 0:

@@ -238,6 +238,24 @@ def head_log_probs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.T
                                  _matmul_dtype(hidden), bool(with_entropy), bool(fused), keep)
 
 
+@torch.no_grad()
+def head_sum_pi_squared(hidden: torch.Tensor, head: torch.nn.Module, temperature: float = 1.0,
+                        chunk_size: int = 1024) -> torch.Tensor:
+    """sum_v pi(v)^2 (N,) float32 of each position's next-token distribution, from hidden states
+    (N, H) through the LM head, chunked like `head_log_probs` (no (N, V) tensor at once). The
+    squared norm of pi: 1 for a certain policy, 1/V for a uniform one (the optimal token
+    baseline's variance proxy reads it)."""
+    weight, bias = head.weight, getattr(head, "bias", None)
+    dtype = _matmul_dtype(hidden)
+    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    w = weight.to(dtype)
+    b = None if bias is None else bias.to(dtype)
+    for s in range(0, hidden.shape[0], chunk_size):
+        z = torch.nn.functional.linear(hidden[s:s + chunk_size].to(dtype), w, b).float() / temperature
+        out[s:s + chunk_size] = torch.exp(2 * torch.log_softmax(z, dim=-1)).sum(dim=-1)
+    return out
+
+
 def lm_head(model: torch.nn.Module) -> torch.nn.Module:
     """The output projection of a causal LM. A LoRA-wrapped head (peft `target_modules`
     naming lm_head) is not supported here: peft's "all-linear" leaves the head alone."""
