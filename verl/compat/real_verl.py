@@ -189,10 +189,15 @@ ESTIMATORS = {
     "reinforce_plus_plus_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
     "dr_grpo": ("dr_grpo", "dr_grpo"), "reinforce_pp": ("reinforce_pp", "reinforce_pp"),
     "reinforce_pp_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
+    "gpg": ("gpg", "gpg"), "opo": ("opo", "opo"), "gdpo": ("gdpo", "gdpo"),
+    "optimal_token_baseline": ("otb", "optimal_token_baseline"),
 }
 # real kl_loss_type / kl_penalty -> our kl_estimator (`full` and the straight-through "+" forms have none)
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
-LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo"}
+LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
+              "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
+# loss modes whose real verl function ignores loss_agg_mode and averages per sequence
+SEQUENCE_MEAN_LOSS_MODES = ("sapo", "geo_mean")
 LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}
@@ -226,6 +231,13 @@ def _kl_penalty(value, ctx, key):
 
 def _loss_mode(value, ctx, key):
     return {"algorithm.policy_loss": _pick(value, key, LOSS_MODES)}
+
+
+def _loss_agg_mode(value, ctx, key):
+    """Real verl's sapo and geo_mean losses ignore loss_agg_mode (seq-mean-token-mean always): so here."""
+    if ctx.get(f"{ACTOR}.policy_loss.loss_mode") in SEQUENCE_MEAN_LOSS_MODES:
+        return {"algorithm.loss_agg_mode": "seq-mean-token-mean"}
+    return {"algorithm.loss_agg_mode": value}
 
 
 def _clip_bound(ours: str):
@@ -529,9 +541,20 @@ _ENTRIES: list[tuple[str, dict]] = [
                                         default=None, real_default=0.2, note="null: clip_ratio")),
     (f"{ACTOR}.clip_ratio_c", to("algorithm.clip_ratio_c", as_float, default=3.0, note="dual-clip bound")),
     (f"{ACTOR}.policy_loss.loss_mode", custom(_loss_mode, "algorithm.policy_loss", default="vanilla",
-                                              note="vanilla -> ppo, gspo -> gspo; others are refused")),
+                                              note="vanilla -> ppo; gspo, cispo, sapo, gpg, geo_mean, clip_cov, "
+                                                   "kl_cov by name (docs/algorithms.md); others are refused")),
+    *[(f"{ACTOR}.policy_loss.{k}", to(f"algorithm.loss_params.{k}", as_float, note=note)) for k, note in (
+        ("clip_cov_ratio", "clip_cov"), ("clip_cov_lb", "clip_cov"), ("clip_cov_ub", "clip_cov"),
+        ("kl_cov_ratio", "kl_cov"), ("ppo_kl_coef", "kl_cov"))],
+    (f"{ACTOR}.policy_loss.dro_beta", only(None, why="the DRO loss")),
     (f"{ACTOR}.policy_loss.*", ignored("parameters of loss modes that are refused here")),
-    (f"{ACTOR}.loss_agg_mode", to("algorithm.loss_agg_mode", default="token-mean", note="same four modes")),
+    (f"{ACTOR}.tau_pos", to("algorithm.loss_params.tau_pos", as_float, note="sapo's gate temperature, A > 0")),
+    (f"{ACTOR}.tau_neg", to("algorithm.loss_params.tau_neg", as_float, note="sapo's gate temperature, A <= 0")),
+    (f"{ACTOR}.calculate_sum_pi_squared", ignored("computed exactly when the estimator reads it "
+                                                  "(optimal_token_baseline)")),
+    (f"{ACTOR}.loss_agg_mode", custom(_loss_agg_mode, "algorithm.loss_agg_mode", default="token-mean",
+                                      note="same four modes; sapo and geo_mean: seq-mean-token-mean, as real "
+                                           "verl's ignore it")),
     (f"{ACTOR}.entropy_coeff", to("algorithm.entropy_coeff", as_float, default=0.0)),
     (f"{ACTOR}.use_kl_loss", to("algorithm.use_kl_loss", as_bool, default=False)),
     (f"{ACTOR}.kl_loss_coef", to("algorithm.kl_loss_coef", as_float, default=0.001)),
@@ -692,7 +715,11 @@ _ENTRIES: list[tuple[str, dict]] = [
     # ---- algorithm
     ("algorithm.adv_estimator", custom(_adv_estimator, "algorithm.name + algorithm.adv_estimator", default="gae",
                                        note="gae, grpo, rloo, remax, reinforce_plus_plus(_baseline) "
-                                            "(+ _vectorized forms); others are refused")),
+                                            "(+ _vectorized forms), gpg, opo, gdpo, optimal_token_baseline; "
+                                            "others are refused")),
+    ("algorithm.gdpo_reward_keys", only(None, why="GDPO's parts here are the components of a combined "
+                                        "reward_fn (docs/algorithms.md), not compute_score's dict keys")),
+    ("algorithm.gdpo_reward_weights", ignored("the combined reward_fn's component weights serve GDPO here")),
     ("algorithm.gamma", to("algorithm.gamma", as_float, default=1.0)),
     ("algorithm.lam", to("algorithm.lam", as_float, default=1.0, note="GAE lambda (ours: 0.95 elsewhere)")),
     ("algorithm.norm_adv_by_std_in_grpo", to("algorithm.norm_adv_by_std_in_grpo", as_bool, default=True)),
