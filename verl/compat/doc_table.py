@@ -53,12 +53,17 @@ def doc_table(path: str = DOC) -> str:
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
-def write(path: str = DOC) -> None:
+def replace_between(path: str, begin: str, end: str, body: str) -> None:
+    """Rewrite the part of the file at `path` between the markers `begin` and `end` with `body`."""
     text = open(path, encoding="utf-8").read()
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(f"{head}{BEGIN}\n{render_table()}\n{END}{tail}")
+        fh.write(f"{head}{begin}\n{body}\n{end}{tail}")
+
+
+def write(path: str = DOC) -> None:
+    replace_between(path, BEGIN, END, render_table())
 
 
 if __name__ == "__main__":

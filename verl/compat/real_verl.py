@@ -297,6 +297,32 @@ def _warmup_ratio(value, ctx, key):
     return {"training.warmup_steps": int(ratio * ctx.total_steps())}
 
 
+def _critic_warmup(value, ctx, key):
+    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio."""
+    steps = ctx.get("critic.optim.lr_warmup_steps")
+    if steps is not None and as_int(steps, "critic.optim.lr_warmup_steps") > 0:
+        return {"training.critic_warmup_steps": as_int(steps, "critic.optim.lr_warmup_steps")}
+    ratio = ctx.get("critic.optim.lr_warmup_steps_ratio")
+    if ratio is None:
+        return {}
+    ratio = as_float(ratio, "critic.optim.lr_warmup_steps_ratio")
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"critic.optim.lr_warmup_steps_ratio: must be in [0, 1], got {ratio}")
+    return {"training.critic_warmup_steps": int(ratio * ctx.total_steps())}
+
+
+def _rollout_is(value, ctx, key):
+    """Real verl's rollout correction: token-level weights min(pi / pi_rollout, threshold) are our
+    truncated importance sampling (rollout.tis_cap); null is off."""
+    if value is None:
+        return {}
+    if value != "token":
+        raise refuse(key, value, "sequence-level importance weights; 'token' (= rollout.tis_cap) or null is "
+                                 "accepted")
+    return {"rollout.tis_cap": as_float(ctx.get("algorithm.rollout_correction.rollout_is_threshold"),
+                                        "algorithm.rollout_correction.rollout_is_threshold")}
+
+
 def _tis_cap(value, ctx, key):
     cap = as_float(value, key)
     return {"rollout.tis_cap": cap} if cap > 0 else {}
@@ -353,6 +379,16 @@ def _override_optimizer(value, ctx, key):
         if name not in OPTIMIZER_MEMORY_ONLY:
             raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
                          "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
+    return {}
+
+
+def _gen_batch(value, ctx, key):
+    if value is None:
+        return {}
+    if not same_value(value, ctx.get("data.train_batch_size")):
+        raise refuse(key, value, f"generating more prompts than a step trains (data.train_batch_size="
+                                 f"{ctx.get('data.train_batch_size')}); here algorithm.dynamic_sampling.enable "
+                                 f"regenerates until the batch is full")
     return {}
 
 
@@ -466,6 +502,8 @@ _ENTRIES: list[tuple[str, dict]] = [
                                         note="tokens; rollout.response_length wins when given")),
     ("data.train_batch_size", to("training.batch_size", as_int, default=1024, note="prompts per step (both)")),
     ("data.val_batch_size", ignored(_ENGINE)),
+    ("data.gen_batch_size", custom(_gen_batch, "(= data.train_batch_size)", note="more prompts generated than "
+                                   "trained (DAPO's group filtering) is refused: see algorithm.dynamic_sampling")),
     ("data.shuffle", to("data.shuffle", as_bool, default=True)),
     ("data.seed", to("seed", as_int, note="seeds data order, sampling and init here")),
     ("data.truncation", custom(_truncation, "data.truncation", default="error",
@@ -494,7 +532,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
     ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
-    ("data.apply_chat_template_kwargs", only({}, None, why="extra chat-template arguments")),
+    ("data.apply_chat_template_kwargs", only({}, None, why="extra chat-template arguments", dict_value=True)),
     ("data.tool_config_path", only(None, why="tool calling")),
     # ---- actor_rollout_ref.model
     (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": _path(v)}, "model.name",
@@ -509,7 +547,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
     (f"{ARR}.model.exclude_modules", only(None, why="LoRA module exclusion")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
-    (f"{ARR}.model.override_config", only({}, None, why="changing the model's config")),
+    (f"{ARR}.model.override_config", only({}, None, why="changing the model's config", dict_value=True)),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
     (f"{ARR}.model.use_shm", ignored(_ENGINE)),
     (f"{ARR}.model.use_liger", ignored("fused kernels: " + _ENGINE)),
@@ -563,6 +601,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.ppo_epochs", to("training.num_epochs", as_int, default=1, note="actor and critic")),
     (f"{ACTOR}.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
     (f"{ACTOR}.use_torch_compile", ignored(_ENGINE)),
+    (f"{ACTOR}.use_prefix_grouper", ignored("the shared-prompt forward of a group: speed only")),
     (f"{ACTOR}.ulysses_sequence_parallel_size", ignored("sequence parallelism: " + _ENGINE)),
     (f"{ACTOR}.entropy_from_logits_with_chunking", ignored("entropy is computed in chunks here anyway")),
     (f"{ACTOR}.entropy_checkpointing", ignored("memory only")),
@@ -669,7 +708,7 @@ _ENTRIES: list[tuple[str, dict]] = [
                                  note="not given: the actor's model")),
     ("critic.model.tokenizer_path", ignored("the critic reads the actor's text with its own tokenizer here")),
     ("critic.model.trust_remote_code", to("critic.trust_remote_code", as_bool)),
-    ("critic.model.override_config", only({}, None, why="changing the model's config")),
+    ("critic.model.override_config", only({}, None, why="changing the model's config", dict_value=True)),
     ("critic.model.external_lib", only(None, why="importing extra model code")),
     ("critic.model.lora_rank", only(0, why="a LoRA critic")),
     ("critic.model.lora_alpha", ignored("used with critic.model.lora_rank only")),
@@ -685,8 +724,11 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.optim.lr", to("training.critic_lr", as_float, default=1e-5)),
     ("critic.optim.weight_decay", same_as(f"{ACTOR}.optim.weight_decay", "training.weight_decay")),
     ("critic.optim.warmup_style", same_as(f"{ACTOR}.optim.warmup_style", "training.lr_scheduler")),
-    ("critic.optim.lr_warmup_steps", same_as(f"{ACTOR}.optim.lr_warmup_steps", "training.warmup_steps")),
-    ("critic.optim.lr_warmup_steps_ratio", same_as(f"{ACTOR}.optim.lr_warmup_steps_ratio", "training.warmup_steps")),
+    ("critic.optim.lr_warmup_steps", custom(_critic_warmup, "training.critic_warmup_steps", phase=2,
+                                            note="<= 0: from critic.optim.lr_warmup_steps_ratio; not given: the "
+                                                 "actor's warm-up")),
+    ("critic.optim.lr_warmup_steps_ratio", custom(_critic_warmup, "training.critic_warmup_steps = ratio x total steps",
+                                                  phase=2)),
     ("critic.optim.clip_grad", same_as(f"{ACTOR}.grad_clip", "training.grad_clip")),
     ("critic.optim.betas", only([0.9, 0.999], why="other Adam betas")),
     ("critic.optim.optimizer", only("AdamW", why="other optimizers")),
@@ -731,6 +773,18 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
     ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
+    ("algorithm.rollout_correction.rollout_is", custom(_rollout_is, "rollout.tis_cap", default=None,
+                                                       note="token: truncated importance sampling at "
+                                                            "rollout_is_threshold; sequence is refused")),
+    ("algorithm.rollout_correction.rollout_is_threshold", reads("rollout.tis_cap with rollout_is=token",
+                                                                default=2.0)),
+    ("algorithm.rollout_correction.rollout_is_batch_normalize", only(False, why="batch-normalized importance "
+                                                                                "weights")),
+    ("algorithm.rollout_correction.rollout_rs", only(None, why="rejection sampling of off-policy samples")),
+    ("algorithm.rollout_correction.rollout_rs_threshold", ignored("used with rollout_rs only")),
+    ("algorithm.rollout_correction.bypass_mode", only(False, why="the rollout's log-probs as pi_old (bypass "
+                                                                  "mode)")),
+    ("algorithm.rollout_correction.loss_type", only("ppo_clip", why="bypass-mode losses")),
     ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
     ("trainer.total_epochs", custom(_total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",

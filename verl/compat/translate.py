@@ -394,7 +394,9 @@ def translate(argv: list[str]) -> Translation:
     in_file: dict[str, Any] = {}  # the config file's keys of the table, under the command line's
     file_matched: list = []
     unknown: list[str] = []
-    _classify([(k, v) for k, v in file_values.items() if k not in given], in_file, None, file_matched, unknown)
+    # a file's null is "not set" (real verl's generated config writes null for every unset key)
+    _classify([(k, v) for k, v in file_values.items() if k not in given and v is not None], in_file, None,
+              file_matched, unknown)
     file_matched = [m for m in file_matched if not m[1].ignored and m[0] not in {k for k, _, _ in matched}]
 
     values = {k: e.default for k, e in TABLE.items() if e.default is not NO_DEFAULT}
@@ -405,8 +407,12 @@ def translate(argv: list[str]) -> Translation:
     values.update(in_file)
     values.update(given)
     _resolve(values)
-    for key in unknown:
-        values.pop(key, None)
+    for key in file_values:  # only the file's keys of the table stay (its null ones do not: "not set")
+        if key not in in_file and key not in given:
+            if key in TABLE and TABLE[key].default is not NO_DEFAULT:
+                values[key] = TABLE[key].default
+            else:
+                values.pop(key, None)
     ctx = Context(values, set(given) | set(in_file), native)
     ctx.file_where = file_where
     for our_key, value in native.items():

@@ -27,6 +27,7 @@ class TrainingConfig(Section):
     weight_decay: float = key(0.0, ge=0)
     lr_scheduler: str = key("constant", choices=("constant", "linear", "cosine"))
     warmup_steps: int = key(0, ge=0)
+    critic_warmup_steps: Optional[int] = key(None, ge=0)  # the critic's own warm-up; None -> warmup_steps
     val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)

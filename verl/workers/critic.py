@@ -91,7 +91,7 @@ class Critic(TrainingState):
         t = training_cfg
         self.packing_mode, self.micro = micro.with_packing(self.model.trunk, "critic")
         self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, t.weight_decay, device)
-        self.scheduler = build_scheduler(self.optimizer, t)
+        self.scheduler = build_scheduler(self.optimizer, t, critic=True)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.offload = IdleOffload(self.model, device, t.offload_idle_models, self.optimizer)
         self.adapt_to_memory = adapt_to_memory

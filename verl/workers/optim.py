@@ -34,12 +34,14 @@ def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> 
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer, training_cfg) -> torch.optim.lr_scheduler.LambdaLR:
-    """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps."""
+def build_scheduler(optimizer, training_cfg, critic: bool = False) -> torch.optim.lr_scheduler.LambdaLR:
+    """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps.
+    critic: the warm-up is training.critic_warmup_steps when set."""
+    warmup = training_cfg.warmup_steps
+    if critic and training_cfg.critic_warmup_steps is not None:
+        warmup = training_cfg.critic_warmup_steps
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_multiplier(s, training_cfg.warmup_steps, training_cfg.total_steps, training_cfg.lr_scheduler),
-    )
+        optimizer, lambda s: lr_multiplier(s, warmup, training_cfg.total_steps, training_cfg.lr_scheduler))
 
 
 def guarded_step(pairs: dict, grad_clip: float) -> tuple[dict, bool]:

@@ -58,7 +58,7 @@ class ActorWithValueHead(Actor):
         self.head = new_value_head(hidden).to(self.device)
         t = self.training
         self.head_optimizer = build_optimizer(self.head.parameters(), t.critic_lr, t.weight_decay, self.device)
-        self.head_scheduler = build_scheduler(self.head_optimizer, t)
+        self.head_scheduler = build_scheduler(self.head_optimizer, t, critic=True)
 
     @classmethod
     def from_config(cls, config, device: torch.device, model: torch.nn.Module | None = None,

@@ -1,0 +1,316 @@
+"""Real verl's own example scripts and its reward / config-file features through our main_ppo
+(verl/compat/example_scripts.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from verl.compat.example_scripts import TRAINS, doc_rows, load, outcome, provide_files, run_all, write_rows
+from verl.compat.translate import load_translated, translate
+from verl.config import ConfigError
+from verl.trainer.main_ppo import main
+
+# A representative set, trained for one step each: PPO with a critic (the canonical script), GRPO on
+# real verl's default GSM8K + MATH list (per-data_source rewards), LoRA, a reward model, the DAPO
+# reward manager with GSPO, an SGLang script, one with --config-path/--config-name, a custom
+# compute_score and sampled validation, REINFORCE++ and RLOO.
+REPRESENTATIVE = [
+    "examples/ppo_trainer/run_deepseek7b_llm.sh",
+    "examples/grpo_trainer/run_qwen2-7b_math.sh",
+    "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh",
+    "examples/ppo_trainer/run_qwen2-7b_rm.sh",
+    "examples/gspo_trainer/test_gspo_3b_math.sh",
+    "examples/grpo_trainer/run_qwen2-32b_sglang_fsdp_npu.sh",
+    "examples/ppo_trainer/run_qwen2-7b_sglang_seq_balance.sh",
+    "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf.sh",
+    "examples/rloo_trainer/run_qwen2-7b.sh",
+]
+
+
+def test_every_script_is_translated_as_the_doc_table_says():
+    doc = doc_rows()
+    found = run_all(train=False)  # translation and every check, no training: about 4 s for all
+    assert set(doc) == set(found) == {s.name for s in load().scripts}
+    wrong = {name: (doc[name], found[name]) for name in doc if doc[name] != found[name]}
+    assert not wrong, "run: python -m verl.compat.example_scripts --write"
+    for name, line in doc.items():  # refusals are one line that says what is not supported
+        assert line == TRAINS or "\n" not in line and ("not supported" in line or ": " in line), (name, line)
+    megatron = [n for n in doc if "megatron" in n.lower()]
+    assert megatron and all("Megatron" in doc[n] for n in megatron)
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVE)
+def test_representative_script_trains_a_step(name, tmp_path, tiny_gpt2):
+    examples = load()
+    script = next(s for s in examples.scripts if s.name == name)
+    provide_files(examples, str(tmp_path / "real_verl"))
+    assert doc_rows()[name] == TRAINS
+    assert outcome(script, str(tmp_path), tiny_gpt2, train=True) == TRAINS
+
+
+def test_script_arguments_keep_the_original_key_set(tmp_path, tiny_gpt2):
+    from verl.compat.example_scripts import tiny_args
+
+    script = next(s for s in load().scripts if s.name == "examples/grpo_trainer/run_qwen2-7b_math.sh")
+    args = tiny_args(script, str(tmp_path), tiny_gpt2, str(tmp_path / "real_verl"))
+    keys = [a.split("=", 1)[0] for a in args]
+    original = [a.split("=", 1)[0] for a in script.args]
+    assert keys[:len(original)] == original  # same keys in the same order, then the added steps/device keys
+    values = dict(a.split("=", 1) for a in args)
+    train = yaml.safe_load(values["data.train_files"])
+    assert len(train) == 2 and train[0].endswith("gsm8k.parquet") and train[1].endswith("math.parquet")
+    assert (values["actor_rollout_ref.rollout.n"], values["data.train_batch_size"]) == ("2", "2")  # was 5, 1024
+    assert values["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"  # untouched
+
+
+# ---------------------------------------------------------------------------- rewards
+
+
+def _base(train, extra=()):
+    return [f"data.train_files={train}", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_prompt_length=64",
+            "data.max_response_length=4", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
+            "trainer.total_training_steps=1", "trainer.logger=['console']", "trainer.device=cpu", *extra]
+
+
+REWARD_FILE = '''import json, os
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):
+    with open(os.environ["CALLS"], "a") as fh:
+        fh.write(json.dumps([data_source, solution_str, ground_truth, extra_info, scale]) + "\\n")
+    return {"score": scale * len(solution_str), "chars": len(solution_str)}
+
+def batched(data_sources, solution_strs, ground_truths, extra_infos):
+    return [float(g) for g in ground_truths]
+'''
+
+
+@pytest.mark.parametrize("prefix", ["custom_reward_function", "reward.custom_reward_function"])
+def test_custom_compute_score_is_called_per_sample(prefix, tmp_path, tiny_gpt2, monkeypatch):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
+    (tmp_path / "my_reward.py").write_text(REWARD_FILE)
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    out = tmp_path / "out"
+    rc = main(_base(train, [f"actor_rollout_ref.model.path={tiny_gpt2}", f"{prefix}.path={tmp_path}/my_reward.py",
+                            f"{prefix}.name=compute_score", f"+{prefix}.reward_kwargs.scale=0.5",
+                            f"trainer.default_local_dir={out}"]))
+    assert rc == 0
+    rows = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert len(rows) == 4  # 2 prompts x rollout.n 2, one call each
+    for data_source, solution, truth, extra, scale in rows:
+        assert data_source == "openai/gsm8k" and truth in ("2", "3") and scale == 0.5
+        assert extra["split"] == "train" and extra["index"] in (0, 1) and isinstance(solution, str)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+               if '"reward/mean"' in line][-1]
+    # the reward is 0.5 x the characters of the decoded response; "chars" is its extra entry
+    assert metrics["reward/python"] == pytest.approx(sum(0.5 * len(r[1]) for r in rows) / 4)
+    assert metrics["reward/python/chars"] == pytest.approx(sum(len(r[1]) for r in rows) / 4)
+
+
+def test_batched_compute_score_and_the_two_spellings(tmp_path):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
+    (tmp_path / "my_reward.py").write_text(REWARD_FILE)
+    cfg = load_translated(translate(_base(train, ["actor_rollout_ref.model.path=tiny:gpt2",
+                                                  f"reward.custom_reward_function.path={tmp_path}/my_reward.py",
+                                                  "reward.custom_reward_function.name=batched",
+                                                  "reward.reward_manager.name=batch"])))
+    from verl.rewards.manager import RewardManager
+
+    scores, _ = RewardManager(cfg.reward_fn)._score_lists(["p", "p"], ["a", "b"], [
+        {"ground_truth": "2", "data_source": "openai/gsm8k"}, {"ground_truth": "7", "data_source": "x"}])[:2]
+    assert scores == [2.0, 7.0]  # float(ground_truth), one call for the batch
+    with pytest.raises(ConfigError, match=r"custom_reward_function.* both set reward_fn.function"):
+        translate(_base(train, ["actor_rollout_ref.model.path=tiny:gpt2",
+                                f"custom_reward_function.path={tmp_path}/my_reward.py",
+                                f"reward.custom_reward_function.path={tmp_path}/my_reward.py",
+                                "reward.custom_reward_function.name=batched"]))
+
+
+def test_mixed_gsm8k_and_math_data_is_scored_per_data_source(tmp_path, tiny_gpt2):
+    gsm8k = write_rows(str(tmp_path / "gsm8k.parquet"), "gsm8k")
+    math = write_rows(str(tmp_path / "math.parquet"), "math")
+    out = tmp_path / "out"
+    tr = translate(_base(f"['{gsm8k}','{math}']", [f"actor_rollout_ref.model.path={tiny_gpt2}",
+                                                   f"trainer.default_local_dir={out}"]))
+    assert tr.values["reward_fn.type"] == "by_data_source"
+    assert any("by_data_source" in n and "DigitalLearningGmbH/MATH-lighteval" in n for n in tr.notes)
+    from verl.rewards.manager import RewardManager
+
+    manager = RewardManager(load_translated(tr).reward_fn)
+    # gsm8k rows: only '#### n' counts (real verl's strict scorer); math rows: the last \boxed{}
+    scores, metrics = manager._score_lists(["p"] * 4, ["so #### 2", "2", "\\boxed{3}", "#### 3"], [
+        {"ground_truth": "2", "data_source": "openai/gsm8k"}, {"ground_truth": "2", "data_source": "openai/gsm8k"},
+        {"ground_truth": "3", "data_source": "DigitalLearningGmbH/MATH-lighteval"},
+        {"ground_truth": "3", "data_source": "DigitalLearningGmbH/MATH-lighteval"}])[:2]
+    assert scores == [1.0, 0.0, 1.0, 0.0]
+    assert metrics["reward/openai/gsm8k/mean"] == 0.5 and metrics["reward/DigitalLearningGmbH/MATH-lighteval/mean"] == 0.5
+    assert main(_base(f"['{gsm8k}','{math}']", [f"actor_rollout_ref.model.path={tiny_gpt2}", "data.train_batch_size=4",
+                                                f"trainer.default_local_dir={out}"])) == 0  # all 4 rows
+    last = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+            if '"reward/mean"' in line][-1]
+    assert "reward/openai/gsm8k/mean" in last and "reward/DigitalLearningGmbH/MATH-lighteval/mean" in last
+
+
+def test_reward_model_and_dapo_manager_map(tmp_path, tiny_gpt2):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
+    base = _base(train, ["actor_rollout_ref.model.path=tiny:gpt2"])
+    for rm in (["reward_model.enable=True", f"reward_model.model.path={tiny_gpt2}",
+                "reward_model.micro_batch_size_per_gpu=8"],
+               ["reward.reward_model.enable=True", f"reward.reward_model.model_path={tiny_gpt2}",
+                "reward.reward_model.rollout.tensor_model_parallel_size=2"]):
+        cfg = load_translated(translate(base + rm))
+        assert (cfg.reward_fn.type, cfg.reward_fn.model_name) == ("huggingface_rm", tiny_gpt2)
+    cfg = load_translated(translate(base + ["reward_model.reward_manager=dapo",
+                                            "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+                                            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=2",
+                                            "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+                                            "+reward_model.reward_kwargs.max_resp_len=4"]))
+    o = cfg.algorithm.overlong_penalty
+    assert (o.enable, o.buffer_len, o.penalty_factor) == (True, 2, 0.5)
+    with pytest.raises(ConfigError, match="max_resp_len=8 differs from data.max_response_length=4"):
+        translate(base + ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=8",
+                          "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"])
+
+
+# ---------------------------------------------------------------------------- keys and messages
+
+
+def test_keys_of_current_real_verl_map_or_are_logged(tmp_path):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
+    base = [a for a in _base(train, ["actor_rollout_ref.model.path=tiny:gpt2"]) if a != "trainer.device=cpu"]
+    R = "actor_rollout_ref.rollout"
+    tr = translate(base + [f"{R}.checkpoint_engine.update_weights_bucket_megabytes=512", f"{R}.enable_prefix_caching=True",
+                           f"{R}.data_parallel_size=1", f"{R}.expert_parallel_size=1", "critic.fsdp.param_offload=True",
+                           "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=1.0",
+                           f"{R}.val_kwargs.do_sample=True", f"{R}.val_kwargs.n=1",
+                           f"{R}.val_kwargs.temperature=0.6", f"{R}.val_kwargs.top_p=0.95"])
+    cfg = load_translated(tr)
+    assert cfg.distributed.weight_bucket_mb == 512
+    assert translate(base + [f"{R}.name=sglang"]).values["rollout.name"] == "sglang"  # loads on a GPU only
+    d = cfg.data
+    assert (d.val_n, d.val_do_sample, d.val_temperature, d.val_top_p, d.val_top_k) == (1, True, 0.6, 0.95, 0)
+    for key in (f"{R}.enable_prefix_caching", f"{R}.data_parallel_size", f"{R}.expert_parallel_size",
+                "critic.fsdp.param_offload"):
+        assert any(n.startswith(f"ignored {key}=") for n in tr.notes), key
+    with pytest.raises(ConfigError, match=r"real verl's actor_rollout_ref.actor.optim.override_optimizer_config.eps="
+                                          r"1e-05 is not supported"):
+        translate(base + ["+actor_rollout_ref.actor.optim.override_optimizer_config.eps=1e-5"])
+
+
+@pytest.mark.parametrize("arg, hint", [
+    ("actor_rollout_ref.actor.ppo_mini_batch_sise=2", "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'"),
+    ("actor_rollout_ref.actor.engine.tp=2", None),  # was: grad_clip
+    ("actor_rollout_ref.model.lora_adapter_path=x", None),  # was: lora_alpha
+    ("actor_rollout_ref.model_engine=dp", None),  # was: hybrid_engine
+    ("reward.foo=1", None),
+])
+def test_unknown_real_keys_say_so_and_suggest_only_close_keys(arg, hint, tmp_path):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
+    with pytest.raises(ConfigError) as err:
+        translate(_base(train, ["actor_rollout_ref.model.path=tiny:gpt2", arg]))
+    message = str(err.value)
+    assert message.startswith(f"real verl's {arg.split('=')[0]} is not supported: it has no equivalent here")
+    assert (hint in message) if hint else "did you mean" not in message
+
+
+# ---------------------------------------------------------------------------- --config-path / --config-name
+
+# The structure of real verl's generated ppo_trainer.yaml (verl/trainer/config/_generated_ppo_trainer.yaml),
+# trimmed: its interpolations, `???`, _target_ entries and keys that have no equivalent here included.
+GENERATED = """
+actor_rollout_ref:
+  actor:
+    _target_: verl.workers.config.FSDPActorConfig
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+    ppo_micro_batch_size_per_gpu: null
+    use_dynamic_bsz: false
+    clip_ratio: 0.2
+    use_kl_loss: false
+    kl_loss_coef: 0.001
+    optim: {lr: 1.0e-06, weight_decay: 0.01, lr_warmup_steps_ratio: 0.0}
+    use_remove_padding: ${oc.select:actor_rollout_ref.model.use_remove_padding,false}
+    fsdp_config: {param_offload: false, fsdp_size: -1}
+  model: {path: ~/models/deepseek-llm-7b-chat, use_remove_padding: true, use_fused_kernels: false}
+  rollout:
+    name: ???
+    n: 1
+    temperature: 1.0
+    response_length: ${oc.select:data.max_response_length,512}
+    scheduling_policy: fcfs
+    checkpoint_engine: {backend: naive, update_weights_bucket_megabytes: 2048}
+    val_kwargs: {do_sample: false, n: 1}
+data: {train_files: ~/data/rlhf/gsm8k/train.parquet, train_batch_size: 1024, max_prompt_length: 512,
+       max_response_length: 512}
+critic:
+  ppo_mini_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+  optim: {lr: 1.0e-05}
+  fsdp: {param_offload: false}
+reward:
+  custom_reward_function: {path: null, name: compute_score}
+  reward_manager: {name: naive, source: register}
+  reward_model: {enable: false, model_path: null}
+algorithm: {adv_estimator: gae, gamma: 1.0, lam: 1.0, kl_ctrl: {kl_coef: 0.001}}
+distillation: {enabled: false}
+transfer_queue: {enable: false}
+trainer: {total_epochs: 30, n_gpus_per_node: 8, nnodes: 1, logger: [console, wandb], project_name: verl_examples}
+"""
+
+
+def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "ppo_trainer.yaml").write_text(GENERATED)
+    (tmp_path / "cfg" / "my_grpo.yaml").write_text(
+        "defaults: [ppo_trainer, _self_]\nalgorithm: {adv_estimator: grpo}\nactor_rollout_ref: {rollout: {n: 4}}\n")
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=4)
+    tr = translate([f"--config-path={tmp_path}/cfg", "--config-name=my_grpo", f"data.train_files={train}",
+                    "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=1", "trainer.n_gpus_per_node=1",
+                    "trainer.logger=['console']", "trainer.total_epochs=2"])
+    cfg = load_translated(tr)
+    # from the files: grpo and n=4 (my_grpo), packing via ${oc.select:...} and the bucket size (ppo_trainer)
+    assert (cfg.algorithm.adv_estimator, cfg.rollout.n, cfg.training.use_packed_samples) == ("grpo", 4, True)
+    assert cfg.distributed.weight_bucket_mb == 2048
+    # from the command line, over the files: 1 prompt x 4 samples per mini-batch; 2 epochs x (4 // 2) steps
+    assert (cfg.training.mini_batch_size, cfg.training.total_steps, cfg.training.batch_size) == (4, 4, 2)
+    assert cfg.rollout.max_new_tokens == 512  # response_length: ${oc.select:data.max_response_length,512}
+    note = next(n for n in tr.notes if n.startswith("read "))
+    assert "my_grpo.yaml" in note and "scheduling_policy" in note  # a key without equivalent: named, not silent
+    assert not any(n.startswith("ignored actor_rollout_ref.actor.fsdp_config") for n in tr.notes)
+    with pytest.raises(ConfigError, match="Megatron"):
+        translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}"])
+    with pytest.raises(ConfigError, match=r"--config-name=nope: no file .*nope.yaml"):
+        translate([f"--config-path={tmp_path}/cfg", "--config-name=nope"])
+    (tmp_path / "cfg" / "bad.yaml").write_text("defaults: [ppo_trainer]\nactor_rollout_ref: {actor: {strategy: megatron}}\n")
+    with pytest.raises(ConfigError, match=r"strategy=megatron is not supported.*\[.*set in .*bad.yaml\]"):
+        translate([f"--config-path={tmp_path}/cfg", "--config-name=bad", f"data.train_files={train}",
+                   "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
+    assert os.path.isfile(tmp_path / "cfg" / "ppo_trainer.yaml")
+
+
+def test_critic_warmup_rollout_correction_and_gen_batch(tmp_path):
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=8)
+    base = [f"data.train_files={train}", "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.total_epochs=5"]  # 5 x (8 // 2) = 20 steps
+    cfg = load_translated(translate(base + ["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1",
+                                            "critic.optim.lr_warmup_steps_ratio=0.05"]))
+    assert (cfg.training.warmup_steps, cfg.training.critic_warmup_steps) == (2, 1)  # int(0.1 x 20), int(0.05 x 20)
+    from verl.workers.optim import build_scheduler
+    import torch
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    # step 0 of a linear warm-up over w steps: (0 + 1) / w -> actor 1/2, critic 1/1
+    assert build_scheduler(opt, cfg.training).get_last_lr() == [0.5]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    assert build_scheduler(opt, cfg.training, critic=True).get_last_lr() == [1.0]
+    cfg = load_translated(translate(base + ["algorithm.rollout_correction.rollout_is=token",
+                                            "algorithm.rollout_correction.rollout_is_threshold=3.0"]))
+    assert cfg.rollout.tis_cap == 3.0
+    with pytest.raises(ConfigError, match="rollout_is=sequence is not supported: sequence-level"):
+        translate(base + ["algorithm.rollout_correction.rollout_is=sequence"])
+    with pytest.raises(ConfigError, match=r"real verl's data.gen_batch_size=6 is not supported.*dynamic_sampling"):
+        translate(base + ["+data.gen_batch_size=6"])
+    assert load_translated(translate(base + ["+data.gen_batch_size=2"])).training.batch_size == 2

@@ -1,0 +1,274 @@
+"""Real verl's own example scripts, run through our `main_ppo`: the table in docs/real_verl.md.
+
+    python -m verl.compat.example_scripts           # run them all, print the table
+    python -m verl.compat.example_scripts --write   # ... and replace it in docs/real_verl.md
+
+`example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
+`python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
+they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
+folder), the data (two-row parquet files in real verl's GSM8K layout, MATH layout for its math
+files), the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 and
+responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
+or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
+scratch folder, and files inside real verl's tree that a script reads (a custom reward file) are
+stand-ins with the same function signature. Each script then either trains a step ("trains a
+step"), or is refused with the one line main_ppo prints. tests/test_main_ppo.py translates
+every script and trains a representative few, and checks the table against the outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "example_scripts.txt")
+DOC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "real_verl.md")
+BEGIN, END = "<!-- real-verl-scripts:begin -->", "<!-- real-verl-scripts:end -->"
+TRAINS = "trains a step"
+
+# key -> its tiny value (sizes and steps); keys a script gives are replaced, these are always set
+SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_prompt_length": "64", "data.max_response_length": "4",
+         "actor_rollout_ref.actor.ppo_mini_batch_size": "2", "critic.ppo_mini_batch_size": "2",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2", "actor_rollout_ref.actor.ppo_micro_batch_size": "2",
+         "actor_rollout_ref.rollout.response_length": "4", "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
+         "trainer.n_gpus_per_node": "1", "trainer.nnodes": "1", "trainer.total_epochs": "1",
+         "trainer.total_training_steps": "1", "reward_model.reward_kwargs.max_resp_len": "4",
+         "reward.reward_kwargs.max_resp_len": "4", "reward_model.reward_kwargs.overlong_buffer_cfg.len": "2",
+         "reward.reward_kwargs.overlong_buffer_cfg.len": "2"}
+ALWAYS = ("data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
+          "actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.total_training_steps", "trainer.n_gpus_per_node")
+MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
+              "reward.reward_model.model_path", "critic.model.tokenizer_path", "data.tokenizer")
+STAND_IN_REWARD = '''def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Stand-in for a custom reward file of real verl's tree: its signature, a GSM8K-style check."""
+    return 1.0 if str(ground_truth) in solution_str else 0.0
+'''
+
+
+@dataclass
+class Script:
+    name: str  # its path in real verl's repository
+    args: list[str]
+
+
+@dataclass
+class Examples:
+    scripts: list[Script] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # path inside real verl's tree -> text
+
+
+def load(path: str = DATA) -> Examples:
+    out, current, file_name, file_lines = Examples(), None, None, []
+    for line in open(path, encoding="utf-8").read().splitlines() + ["## end"]:
+        if line.startswith(("## ", "%% file ")) and file_name:
+            out.files[file_name] = "\n".join(file_lines).strip() + "\n"
+            file_name, file_lines = None, []
+        if line.startswith("## "):
+            current = Script(line[3:].strip(), []) if line != "## end" else None
+            if current:
+                out.scripts.append(current)
+        elif line.startswith("%% file "):
+            current, file_name = None, line[len("%% file "):].strip()
+        elif file_name is not None:
+            file_lines.append(line)
+        elif current is not None and line.strip() and not line.startswith("# "):
+            current.args.append(line)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The tiny stand-ins
+# ---------------------------------------------------------------------------
+
+
+def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
+    """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py)
+    or math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for i in range(start, start + n):
+        if kind == "math":
+            content = f"What is {i} + 3? Let's think step by step and output the final answer within \\boxed{{}}."
+            rows.append({"data_source": "DigitalLearningGmbH/MATH-lighteval", "ability": "math",
+                         "prompt": [{"role": "user", "content": content}],
+                         "reward_model": {"style": "rule", "ground_truth": str(i + 3)},
+                         "extra_info": {"split": "train", "index": i}})
+        else:
+            content = f"What is {i} + 2? Let's think step by step and output the final answer after \"####\"."
+            rows.append({"data_source": "openai/gsm8k", "ability": "math",
+                         "prompt": [{"role": "user", "content": content}],
+                         "reward_model": {"style": "rule", "ground_truth": str(i + 2)},
+                         "extra_info": {"split": "train", "index": i}})
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _engine_runs(module: str) -> bool:
+    """vLLM / SGLang generate here only when installed and a GPU is there (their CPU builds are not used)."""
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec(module) is not None
+
+
+def _data_value(raw: str, split: str, work: str) -> str:
+    """The script's file (or list of files) -> tiny parquet files of the same kinds, in that order."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    files = value if isinstance(value, list) else [value]
+    out = []
+    for i, f in enumerate(files):
+        kind = "math" if "math" in str(f).lower() and "gsm8k" not in str(f).lower() else "gsm8k"
+        path = os.path.join(work, f"{split}_{i}_{kind}.parquet")
+        if not os.path.exists(path):
+            write_rows(path, kind, start=100 if split == "val" else 0)
+        out.append(path)
+    return str(out) if isinstance(value, list) else out[0]
+
+
+def tiny_args(script: Script, work: str, model: str, root: str) -> list[str]:
+    """The script's arguments with model, data, sizes and steps replaced (module doc); `work` is
+    this run's scratch folder, `root` stands for real verl's tree (provide_files)."""
+    args, seen = [], set()
+    for arg in script.args:
+        arg = arg.replace("{real_verl}", root)
+        if arg.startswith("-") or "=" not in arg:
+            args.append(arg)
+            continue
+        raw_key, value = arg.split("=", 1)
+        key = raw_key.lstrip("+")
+        seen.add(key)
+        if key in ("data.train_files", "data.val_files"):
+            value = _data_value(value, "train" if key == "data.train_files" else "val", work)
+        elif key in MODEL_KEYS:
+            value = model
+        elif key in SIZES:
+            value = SIZES[key]
+        elif key == "actor_rollout_ref.rollout.n":
+            value = str(min(2, int(float(value))))
+        elif key == "actor_rollout_ref.rollout.name" and value in ("vllm", "sglang") and not _engine_runs(value):
+            value = "hf"
+        elif key == "trainer.logger":
+            value = "['console']"
+        elif key == "trainer.default_local_dir":
+            value = os.path.join(work, "out")
+        args.append(f"{raw_key}={value}")
+    if "data.train_files" not in seen:
+        args.append(f"data.train_files={_data_value('gsm8k', 'train', work)}")
+    args += [f"{k}={SIZES[k]}" for k in ALWAYS if k not in seen]
+    for k, v in (("trainer.default_local_dir", os.path.join(work, "out")), ("trainer.logger", "['console']"),
+                 ("trainer.device", "cpu")):
+        if k not in seen:
+            args.append(f"{k}={v}")
+    return args
+
+
+def provide_files(examples: Examples, root: str) -> None:
+    """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards."""
+    for rel, text in examples.files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        with open(os.path.join(root, rel), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    for script in examples.scripts:
+        for arg in script.args:
+            key, _, value = arg.partition("=")
+            if key.lstrip("+").endswith("custom_reward_function.path") and "{real_verl}" in value:
+                path = value.replace("{real_verl}", root)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(STAND_IN_REWARD)
+
+
+# ---------------------------------------------------------------------------
+# Running them
+# ---------------------------------------------------------------------------
+
+
+def outcome(script: Script, work: str, model: str, train: bool) -> str:
+    """TRAINS, or the one line main_ppo refuses the script with (scratch paths shown as <tmp>).
+    train=False stops after the translation and all checks (nothing loads, nothing trains)."""
+    from verl.compat.translate import load_translated, translate
+    from verl.errors import ConfigError
+    from verl.trainer.main_ppo import main
+
+    run_dir = tempfile.mkdtemp(dir=work)
+    args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"))
+    if not train:
+        try:
+            load_translated(translate(args))
+        except ConfigError as exc:
+            return _scrub(str(exc), run_dir, work)
+        return TRAINS
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(args)
+    if rc == 0:
+        metrics = os.path.join(run_dir, "out", "metrics.jsonl")
+        return TRAINS if os.path.exists(metrics) else f"exit 0 without metrics ({metrics})"
+    errors = [line[len("error: "):] for line in err.getvalue().splitlines() if line.startswith("error: ")]
+    return _scrub(errors[-1] if errors else f"exit code {rc}", run_dir, work)
+
+
+def _scrub(text: str, *dirs: str) -> str:
+    for d in dirs:
+        text = text.replace(d, "<tmp>")
+    return re.sub(r"<tmp>/tmp[\w]+", "<tmp>", text)
+
+
+def run_all(train: bool = True, names=None) -> dict[str, str]:
+    from verl.models.tiny import tiny_model_path
+
+    examples, results = load(), {}
+    model = tiny_model_path("gpt2")
+    with tempfile.TemporaryDirectory() as work:
+        provide_files(examples, os.path.join(work, "real_verl"))
+        for script in examples.scripts:
+            if names is None or script.name in names:
+                results[script.name] = outcome(script, work, model, train)
+    return results
+
+
+def render_table(results: dict[str, str]) -> str:
+    trains = sum(1 for r in results.values() if r == TRAINS)
+    lines = [f"{trains} of {len(results)} scripts train a step; the others are refused with the line shown.", "",
+             "| real verl script | here |", "|---|---|"]
+    for name, result in results.items():
+        lines.append(f"| `{name}` | {result.replace('|', chr(92) + '|')} |")
+    return "\n".join(lines)
+
+
+def doc_rows(path: str = DOC) -> dict[str, str]:
+    """{script: its outcome} as docs/real_verl.md's table says."""
+    text = open(path, encoding="utf-8").read().split(BEGIN, 1)[1].split(END, 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"\| `([^`]+)` \| (.*) \|", line.strip())
+        if m:
+            rows[m.group(1)] = m.group(2).replace("\\|", "|")
+    return rows
+
+
+def write(results: dict[str, str], path: str = DOC) -> None:
+    from verl.compat.doc_table import replace_between
+
+    replace_between(path, BEGIN, END, render_table(results))
+
+
+if __name__ == "__main__":
+    found = run_all(train=True)
+    if "--write" in sys.argv[1:]:
+        write(found)
+    print(render_table(found))
