@@ -202,7 +202,7 @@ def test_keys_of_current_real_verl_map_or_are_logged(tmp_path):
 @pytest.mark.parametrize("arg, hint", [
     ("actor_rollout_ref.actor.ppo_mini_batch_sise=2", "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'"),
     ("actor_rollout_ref.actor.engine.tp=2", None),  # was: grad_clip
-    ("actor_rollout_ref.model.lora_adapter_path=x", None),  # was: lora_alpha
+    ("actor_rollout_ref.model.lora_dropout=0.1", None),  # not lora_alpha (lora_adapter_path was: it maps now)
     ("actor_rollout_ref.model_engine=dp", None),  # was: hybrid_engine
     ("reward.foo=1", None),
 ])
@@ -233,6 +233,7 @@ actor_rollout_ref:
     optim: {lr: 1.0e-06, weight_decay: 0.01, lr_warmup_steps_ratio: 0.0}
     use_remove_padding: ${oc.select:actor_rollout_ref.model.use_remove_padding,false}
     fsdp_config: {param_offload: false, fsdp_size: -1}
+    checkpoint: {save_contents: [model, optimizer], load_contents: "${.save_contents}"}
   model: {path: ~/models/deepseek-llm-7b-chat, use_remove_padding: true, use_fused_kernels: false}
   rollout:
     name: ???

@@ -533,7 +533,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
     ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
     ("data.apply_chat_template_kwargs", only({}, None, why="extra chat-template arguments", dict_value=True)),
-    ("data.tool_config_path", only(None, why="tool calling")),
+    ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
     # ---- actor_rollout_ref.model
     (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": _path(v)}, "model.name",
                                  real_default="~/models/deepseek-llm-7b-chat",
@@ -546,6 +546,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
     (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
     (f"{ARR}.model.exclude_modules", only(None, why="LoRA module exclusion")),
+    (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
+                                            "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
     (f"{ARR}.model.override_config", only({}, None, why="changing the model's config", dict_value=True)),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
@@ -602,6 +604,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
     (f"{ACTOR}.use_torch_compile", ignored(_ENGINE)),
     (f"{ACTOR}.use_prefix_grouper", ignored("the shared-prompt forward of a group: speed only")),
+    (f"{ACTOR}.freeze_vision_tower", only(False, why="vision-language models; the data here is text only")),
     (f"{ACTOR}.ulysses_sequence_parallel_size", ignored("sequence parallelism: " + _ENGINE)),
     (f"{ACTOR}.entropy_from_logits_with_chunking", ignored("entropy is computed in chunks here anyway")),
     (f"{ACTOR}.entropy_checkpointing", ignored("memory only")),
@@ -673,7 +676,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.skip_rollout", only(False, why="replaying dumped rollouts")),
     (f"{ROLLOUT}.use_fire_sampling", only(False, why="FIRE sampling")),
     (f"{ROLLOUT}.chat_scheduler", only(None, why="custom chat schedulers")),
-    (f"{ROLLOUT}.multi_turn.enable", only(False, why="multi-turn tool rollouts")),
+    (f"{ROLLOUT}.multi_turn.enable", only(False, why="multi-turn rollouts from its tool/interaction YAML files; "
+                                                 "here tools are Python functions given as rollout.tools (or an "
+                                                 "environment as rollout.environment, docs/agents.md)")),
     (f"{ROLLOUT}.multi_turn.*", ignored("used with multi_turn.enable only")),
     (f"{ROLLOUT}.agent.num_workers", ignored(_ENGINE)),
     (f"{ROLLOUT}.cudagraph_capture_sizes", ignored(_ENGINE)),

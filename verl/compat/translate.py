@@ -258,7 +258,14 @@ def _resolve(values: dict) -> None:
             return found if found is not None else (parse_value(fallback.strip()) if fallback else None)
         if ref.startswith("oc.") or ":" in ref:
             raise ConfigError(f"{key}: resolver '${{{ref}}}' is not supported here; give the value itself")
+        if ref.startswith("."):  # relative: '.x' is a sibling of the key, '..x' one level up
+            dots = len(ref) - len(ref.lstrip("."))
+            parent = key.split(".")[:-dots]
+            ref = ".".join(parent + [ref[dots:]]) if ref[dots:] else ".".join(parent)
         if ref not in values:
+            below = {k[len(ref) + 1:]: v for k, v in values.items() if k.startswith(ref + ".")}
+            if below:  # a whole section: its keys as a dict
+                return {k: resolve(v, f"{ref}.{k}", depth + 1) for k, v in below.items()}
             raise ConfigError(f"{key}: '${{{ref}}}' names no key that is set")
         return resolve(values[ref], ref, depth + 1)
 
@@ -424,8 +431,8 @@ def translate(argv: list[str]) -> Translation:
     notes: list[str] = []
     if file_where:
         notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table"
-                     + (f"; ignored {len(unknown)} keys that have no equivalent here ({', '.join(unknown[:5])}"
-                        f"{', ...' if len(unknown) > 5 else ''})" if unknown else ""))
+                     + (f"; ignored {len(unknown)} keys that have no equivalent here: {', '.join(unknown)}"
+                        if unknown else ""))
     _apply(ctx, items, 1, notes)
     if ctx.our("model.name") is None:
         raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")

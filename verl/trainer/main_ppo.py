@@ -4,7 +4,10 @@
         data.val_files=$HOME/data/gsm8k/test.parquet data.train_batch_size=256 \\
         actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct actor_rollout_ref.rollout.name=vllm ...
 
-takes the overrides of real verl's (volcengine/verl 0.9.x) GSM8K quickstart, translates them
+    python3 -m verl.trainer.main_ppo --config-path=my_configs --config-name=my_grpo key=value ...
+
+takes the overrides of real verl's (volcengine/verl 0.9.x) GSM8K quickstart (and the keys of a
+Hydra YAML named by --config-path/--config-name, under the overrides), translates them
 with the table in `verl.compat.real_verl` (docs/real_verl.md) and trains exactly as
 `verl train` does: the same exit codes (bad input: one line, exit 2), SIGINT/SIGTERM finish the
 step and save, `--debug` shows tracebacks. Our own keys (model.*, rollout.*, training.*, ...)
