@@ -66,7 +66,7 @@ def run_algorithm(args, name: str) -> dict:
             seconds += r["timing_s/step"]
             step_s.append(r["timing_s/step"])
         if key and r.get(key) is not None:
-            curve.append({"train_s": round(seconds, 1), "step": r["step"], "acc": r[key]})
+            curve.append({"train_s": round(seconds, 3), "step": r["step"], "acc": r[key]})
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"algorithm": name, "minutes": args.minutes, "steps": max((r["step"] for r in rows if "step" in r), default=0),
             "step_s_median": round(statistics.median(step_s), 3) if step_s else None, "val_key": key,
