@@ -63,7 +63,7 @@ def _geo_mean(x: PolicyLossInputs):
     seq_ratio = torch.exp(masked_mean(pessimistic, x.mask, dim=-1))  # (B,) geometric mean of the ratios
     seq_adv = masked_mean(x.advantages, x.mask, dim=-1)  # (B,)
     loss_seq = -seq_adv * seq_ratio  # (B,)
-    active = (pessimistic != log_ratio).detach()
+    active = ((pessimistic != log_ratio) & (sign != 0)).detach()  # a bound took over (A = 0 tokens carry no loss)
     metrics = dict(pg_clipfrac=_fraction(active, x.mask), pg_clipfrac_high=_fraction(active & (sign > 0), x.mask),
                    pg_clipfrac_low=_fraction(active & (sign < 0), x.mask))
     return loss_seq[:, None].expand_as(log_ratio), metrics
