@@ -191,6 +191,11 @@ def test_keys_of_current_real_verl_map_or_are_logged(tmp_path):
     assert translate(base + [f"{R}.name=sglang"]).values["rollout.name"] == "sglang"  # loads on a GPU only
     d = cfg.data
     assert (d.val_n, d.val_do_sample, d.val_temperature, d.val_top_p, d.val_top_k) == (1, True, 0.6, 0.95, 0)
+    at_default = translate(base + ["actor_rollout_ref.actor.calculate_entropy=False"])  # real verl's default
+    assert "ignored actor_rollout_ref.actor.calculate_entropy=False: real verl's default, which changes nothing" in (
+        at_default.notes)
+    with pytest.raises(ConfigError, match=r"calculate_entropy=True is not supported: .*only its default false"):
+        translate(base + ["actor_rollout_ref.actor.calculate_entropy=True"])
     for key in (f"{R}.enable_prefix_caching", f"{R}.data_parallel_size", f"{R}.expert_parallel_size",
                 "critic.fsdp.param_offload"):
         assert any(n.startswith(f"ignored {key}=") for n in tr.notes), key
@@ -241,6 +246,7 @@ actor_rollout_ref:
     temperature: 1.0
     response_length: ${oc.select:data.max_response_length,512}
     scheduling_policy: fcfs
+    an_older_knob: 3
     checkpoint_engine: {backend: naive, update_weights_bucket_megabytes: 2048}
     val_kwargs: {do_sample: false, n: 1}
 data: {train_files: ~/data/rlhf/gsm8k/train.parquet, train_batch_size: 1024, max_prompt_length: 512,
@@ -278,7 +284,9 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
     assert (cfg.training.mini_batch_size, cfg.training.total_steps, cfg.training.batch_size) == (4, 4, 2)
     assert cfg.rollout.max_new_tokens == 512  # response_length: ${oc.select:data.max_response_length,512}
     note = next(n for n in tr.notes if n.startswith("read "))
-    assert "my_grpo.yaml" in note and "scheduling_policy" in note  # a key without equivalent: named, not silent
+    # scheduling_policy is at real verl's default (no effect there either); a key real verl has not: named
+    assert "my_grpo.yaml" in note and "at (or derived like) real verl's defaults" in note
+    assert "does not have: actor_rollout_ref.rollout.an_older_knob" in note and "scheduling_policy" not in note
     assert not any(n.startswith("ignored actor_rollout_ref.actor.fsdp_config") for n in tr.notes)
     with pytest.raises(ConfigError, match="Megatron"):
         translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}"])
@@ -289,7 +297,11 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
         translate([f"--config-path={tmp_path}/cfg", "--config-name=bad", f"data.train_files={train}",
                    "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
                    "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
-    assert os.path.isfile(tmp_path / "cfg" / "ppo_trainer.yaml")
+    (tmp_path / "cfg" / "odd.yaml").write_text("defaults: [ppo_trainer]\nactor_rollout_ref: {rollout: "
+                                              "{scheduling_policy: priority}}\n")
+    with pytest.raises(ConfigError, match=r"real verl's actor_rollout_ref.rollout.scheduling_policy=priority \(in "
+                                          r".*odd.yaml\) is not supported: .*only its default \"fcfs\""):
+        translate([f"--config-path={tmp_path}/cfg", "--config-name=odd", f"data.train_files={train}"])
 
 
 def test_critic_warmup_rollout_correction_and_gen_batch(tmp_path):

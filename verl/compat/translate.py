@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import os
@@ -362,9 +363,36 @@ def _dump(value: Any) -> str:
     return json.dumps(value)
 
 
-def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list]) -> None:
+_DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "real_verl_defaults.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def real_defaults() -> dict:
+    """Real verl's defaults of the keys the table does not translate (real_verl_defaults.yaml)."""
+    with open(_DEFAULTS_FILE, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def _at_default(key: str, value: Any, where: str = "") -> bool:
+    """True for a key outside the table given at real verl's default (no effect there either);
+    another value of such a key is refused; False for a key real verl's config does not have."""
+    defaults = real_defaults()
+    if key not in defaults:
+        return False
+    if isinstance(defaults[key], str) and "${" in defaults[key]:
+        return bool(where)  # derived from other keys: a config file's copy is accepted, a command line's not
+    if same_value(value, defaults[key]) or value == defaults[key]:
+        return True
+    default = "null" if defaults[key] is None else json.dumps(defaults[key])
+    raise ConfigError(f"real verl's {key}={_shown(value)}{where} is not supported: it has no equivalent here; only "
+                      f"its default {default} (no effect) is accepted (see {MANUAL})")
+
+
+def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list],
+              at_default: list, where: str = "") -> None:
     """Sort (key, value) pairs into real keys of the table (`given`), keys under a group row
-    (`matched`) and our own keys (`native`); an unknown real key is refused, or (a config file's:
+    (`matched`) and our own keys (`native`); a real key outside the table is accepted at real verl's
+    default (`at_default`), refused at another value, and otherwise refused, or (a config file's:
     `unknown` is a list) collected."""
     for key, value in pairs:
         section = key.split(".")[0]
@@ -382,6 +410,8 @@ def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown
         elif native is not None and (section not in REAL_SECTIONS or (section in SHARED_SECTIONS
                                                                       and _native_leaf(key))):
             native[key] = value
+        elif _at_default(key, value, where):
+            at_default.append((key, value))
         elif unknown is not None:
             unknown.append(key)
         else:
@@ -397,13 +427,15 @@ def translate(argv: list[str]) -> Translation:
     given: dict[str, Any] = {}
     native: dict[str, Any] = {}
     matched: list[tuple[str, RealKey, Any]] = []  # given keys covered by a group or _target_
-    _classify(pairs, given, native, matched, None)
+    at_default: list = []  # given keys outside the table at real verl's default
+    _classify(pairs, given, native, matched, None, at_default)
     in_file: dict[str, Any] = {}  # the config file's keys of the table, under the command line's
     file_matched: list = []
     unknown: list[str] = []
     # a file's null is "not set" (real verl's generated config writes null for every unset key)
+    file_defaults: list = []
     _classify([(k, v) for k, v in file_values.items() if k not in given and v is not None], in_file, None,
-              file_matched, unknown)
+              file_matched, unknown, file_defaults, f" (in {file_where})")
     file_matched = [m for m in file_matched if not m[1].ignored and m[0] not in {k for k, _, _ in matched}]
 
     values = {k: e.default for k, e in TABLE.items() if e.default is not NO_DEFAULT}
@@ -428,11 +460,12 @@ def translate(argv: list[str]) -> Translation:
     items = [(k, e, values[k], GIVEN if k in given else FILE if k in in_file else DEFAULT)
              for k, e in TABLE.items() if not k.endswith(".*") and k in values]
     items += [(k, e, v, GIVEN) for k, e, v in matched] + [(k, e, v, FILE) for k, e, v in file_matched]
-    notes: list[str] = []
+    notes: list[str] = [f"ignored {k}={_shown(v)}: real verl's default, which changes nothing" for k, v in at_default]
     if file_where:
-        notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table"
-                     + (f"; ignored {len(unknown)} keys that have no equivalent here: {', '.join(unknown)}"
-                        if unknown else ""))
+        notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table, {len(file_defaults)} "
+                     f"more at (or derived like) real verl's defaults" + (
+                         f"; ignored {len(unknown)} keys that real verl 0.9's config does not have: "
+                         f"{', '.join(unknown)}" if unknown else ""))
     _apply(ctx, items, 1, notes)
     if ctx.our("model.name") is None:
         raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")
