@@ -37,8 +37,8 @@ if [[ $want_tests == 1 ]]; then
   real_verl_dir=${VERL_REAL_VERL_DIR:-$HOME/.cache/verl/real_verl-0.9.1}
   if [[ ! -f $real_verl_dir/verl/trainer/ppo/core_algos.py ]]; then
     say "real verl 0.9.1 into $real_verl_dir (the reference of the algorithm tests)"
-    $PY -m pip install -q --no-deps --target "$real_verl_dir" "verl==0.9.1" "tensordict==0.10.0" "pyvers" \
-      "omegaconf" "hydra-core" "antlr4-python3-runtime==4.9.3" "codetiming" "pylatexenc"
+    $PY -m pip install -q --no-deps --target "$real_verl_dir" "verl==0.9.1" "tensordict==0.10.0" "pyvers==0.2.3" \
+      "omegaconf==2.4.0" "hydra-core==1.3.8" "antlr4-python3-runtime==4.9.3" "codetiming==1.4.0" "pylatexenc==2.11"
   fi
   if ! command -v chromium >/dev/null 2>&1; then
     # The HTML report test renders the page in headless Chromium.
