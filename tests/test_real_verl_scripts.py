@@ -1,5 +1,5 @@
 """Real verl's own example scripts and its reward / config-file features through our main_ppo
-(verl/compat/example_scripts.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
+(verl/trainer/example_scripts.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from verl.compat.example_scripts import TRAINS, doc_rows, load, outcome, provide_files, run_all, write_rows
+from verl.trainer.example_scripts import TRAINS, doc_rows, load, outcome, provide_files, run_all, write_rows
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
 from verl.trainer.main_ppo import main
@@ -34,7 +34,7 @@ def test_every_script_is_translated_as_the_doc_table_says():
     found = run_all(train=False)  # translation and every check, no training: about 4 s for all
     assert set(doc) == set(found) == {s.name for s in load().scripts}
     wrong = {name: (doc[name], found[name]) for name in doc if doc[name] != found[name]}
-    assert not wrong, "run: python -m verl.compat.example_scripts --write"
+    assert not wrong, "run: python -m verl.trainer.example_scripts --write"
     for name, line in doc.items():  # a refusal is main_ppo's one line for bad input, never a crash
         assert line == TRAINS or "\n" not in line and "--debug for the traceback" not in line, (name, line)
     megatron = [n for n in doc if "megatron" in n.lower()]
@@ -51,7 +51,7 @@ def test_representative_script_trains_a_step(name, tmp_path, tiny_gpt2):
 
 
 def test_script_arguments_keep_the_original_key_set(tmp_path, tiny_gpt2):
-    from verl.compat.example_scripts import tiny_args
+    from verl.trainer.example_scripts import tiny_args
 
     script = next(s for s in load().scripts if s.name == "examples/grpo_trainer/run_qwen2-7b_math.sh")
     args = tiny_args(script, str(tmp_path), tiny_gpt2, str(tmp_path / "real_verl"))
@@ -342,3 +342,18 @@ def test_sampled_validation_with_one_answer(tmp_path, tiny_gpt2):
     assert val_rows and all("val/openai/gsm8k/mean@1_sampled" in r and "val/openai/gsm8k/pass@1_sampled" in r
                             for r in val_rows)
     assert yaml.safe_load((out / "config.yaml").read_text())["data"]["val_temperature"] == 0.7
+
+
+def test_compute_score_signature_real_verl_cannot_call_is_refused(tmp_path):
+    (tmp_path / "r.py").write_text("def compute_score(data_source, solution_str, ground_truth, tokenizer):\n"
+                                   "    return 0.0\n")
+    from verl.config import RewardFnConfig, build_section
+    from verl.rewards.manager import RewardManager
+
+    cfg = build_section(RewardFnConfig, {"type": "python", "function": f"{tmp_path}/r.py:compute_score"}, "reward_fn")
+    with pytest.raises(ConfigError, match=r"requires tokenizer, which real verl does not pass"):
+        RewardManager(cfg)
+    cfg = build_section(RewardFnConfig, {"type": "python", "function": f"{tmp_path}/r.py:compute_score",
+                                         "kwargs": {"tokenizer": 1, "other": 2}}, "reward_fn")
+    with pytest.raises(ConfigError, match=r"other \(reward_kwargs\) is not a parameter"):
+        RewardManager(cfg)

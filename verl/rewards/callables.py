@@ -142,10 +142,11 @@ def as_reward_fn(fn: Callable, where: str, label: Optional[str] = None, kwargs: 
     if kwargs and style not in ("per_sample", "batched"):
         raise ConfigError(f"{where}: reward kwargs are passed to real verl's compute_score(data_source, "
                           f"solution_str, ...) only; {label or qualified_name(fn)} has another signature")
-    if style == "per_sample":
-        return per_sample_fn(fn, where, kwargs)
-    if style == "batched":
-        return batched_fn(fn, where, kwargs)
+    if style in ("per_sample", "batched"):
+        try:
+            return (per_sample_fn if style == "per_sample" else batched_fn)(fn, where, kwargs)
+        except TypeError as exc:  # a signature real verl could not call either
+            raise ConfigError(str(exc)) from None
     if style == "trl":
         return _trl_adapter(fn, label or qualified_name(fn))
     return fn

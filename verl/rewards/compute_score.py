@@ -11,7 +11,8 @@ Real verl (volcengine/verl) calls a user's scorer in one of two forms, and so do
 `reward_model.ground_truth`, `extra_info` its `extra_info` dict. A result is a number, or a
 dict whose "score" is the reward (its other numeric entries become `reward/<name>/<key>`
 metrics: real verl's `reward_extra_info`). Which form a function has is read from its
-parameter names (`solution_str` vs `solution_strs`).
+parameter names (`solution_str` vs `solution_strs`). A signature real verl could not call either is
+a TypeError here; verl.rewards.callables turns it into the ConfigError naming the key.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import inspect
 import numbers
 from typing import Callable, Optional
 
-from verl.errors import ConfigError
 from verl.rewards.base import RewardFn, SampleError
 
 PER_SAMPLE = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -43,12 +43,12 @@ def _keywords(fn: Callable, names: tuple, reward_kwargs: dict, where: str) -> tu
     taken = tuple(n for n in names if takes_all or n in params)
     unknown = [k for k in reward_kwargs if not takes_all and k not in params]
     if unknown:
-        raise ConfigError(f"{where}: {', '.join(unknown)} (reward_kwargs) is not a parameter of "
+        raise TypeError(f"{where}: {', '.join(unknown)} (reward_kwargs) is not a parameter of "
                           f"{getattr(fn, '__name__', 'the function')}{inspect.signature(fn)}")
     required = [n for n, p in params.items() if p.default is p.empty and n not in names and n not in reward_kwargs
                 and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     if required:
-        raise ConfigError(f"{where}: {getattr(fn, '__name__', 'the function')}{inspect.signature(fn)} requires "
+        raise TypeError(f"{where}: {getattr(fn, '__name__', 'the function')}{inspect.signature(fn)} requires "
                           f"{', '.join(required)}, which real verl does not pass (it passes {', '.join(names)} and "
                           f"the reward_kwargs)")
     return taken, dict(reward_kwargs)

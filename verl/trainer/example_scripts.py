@@ -1,9 +1,9 @@
 """Real verl's own example scripts, run through our `main_ppo`: the table in docs/real_verl.md.
 
-    python -m verl.compat.example_scripts           # run them all, print the table
-    python -m verl.compat.example_scripts --write   # ... and replace it in docs/real_verl.md
+    python -m verl.trainer.example_scripts           # run them all, print the table
+    python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
 
-`example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
+`verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
 they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
 folder), the data (two-row parquet files in real verl's GSM8K layout, MATH layout for its math
@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "example_scripts.txt")
+DATA = os.path.join(os.path.dirname(HERE), "compat", "example_scripts.txt")
 DOC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "real_verl.md")
 BEGIN, END = "<!-- real-verl-scripts:begin -->", "<!-- real-verl-scripts:end -->"
 TRAINS = "trains a step"
