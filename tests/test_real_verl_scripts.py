@@ -288,6 +288,14 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
     assert "my_grpo.yaml" in note and "at (or derived like) real verl's defaults" in note
     assert "does not have: actor_rollout_ref.rollout.an_older_knob" in note and "scheduling_policy" not in note
     assert not any(n.startswith("ignored actor_rollout_ref.actor.fsdp_config") for n in tr.notes)
+    # the older spelling typed over the file's current one (reward.reward_manager.name: naive) is the one in force
+    dapo = load_translated(translate([f"--config-path={tmp_path}/cfg", "--config-name=my_grpo",
+                                      f"data.train_files={train}", "actor_rollout_ref.model.path=tiny:gpt2",
+                                      "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                      "trainer.n_gpus_per_node=1", "reward_model.reward_manager=dapo",
+                                      "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+                                      "+reward_model.reward_kwargs.overlong_buffer_cfg.len=16"]))
+    assert (dapo.algorithm.overlong_penalty.enable, dapo.algorithm.overlong_penalty.buffer_len) == (True, 16)
     with pytest.raises(ConfigError, match="Megatron"):
         translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}"])
     with pytest.raises(ConfigError, match=r"--config-name=nope: no file .*nope.yaml"):

@@ -31,7 +31,11 @@ MANAGERS = ("naive", "batch", "dapo")
 
 
 def _one_of(ctx, old: str, new: str):
-    """(key, value) of whichever spelling is given (new wins over a default); conflicts are refused."""
+    """(key, value) of whichever spelling is given (new wins over a default, the command line over a
+    config file); two given on the same footing that differ are refused."""
+    typed = getattr(ctx, "command_line", set())
+    if (old in typed) != (new in typed):
+        return (old, ctx.get(old)) if old in typed else (new, ctx.get(new))
     if ctx.given(old) and ctx.given(new) and ctx.get(old) != ctx.get(new):
         raise ConfigError(f"{old}={ctx.get(old)!r} and {new}={ctx.get(new)!r} differ: they are the same "
                           f"setting (older and current spelling); keep one")
@@ -67,8 +71,8 @@ def _manager_kwargs(ctx):
 
 def _reward_manager(value, ctx, key):
     """naive / batch: the call form is the function's (its parameters); dapo: plus the overlong penalty."""
-    if value is None:
-        return {}
+    if value is None or _manager(ctx)[0] != key:
+        return {}  # the other spelling is the one in force (given, or typed over a config file's)
     if value not in MANAGERS:
         raise refuse(key, value, f"its '{value}' reward manager has no equivalent here (supported: "
                                  f"{', '.join(MANAGERS)}); score with custom_reward_function.path=FILE.py instead")

@@ -453,7 +453,7 @@ def translate(argv: list[str]) -> Translation:
             else:
                 values.pop(key, None)
     ctx = Context(values, set(given) | set(in_file), native)
-    ctx.file_where = file_where
+    ctx.file_where, ctx.command_line = file_where, set(given)  # keys typed, over those of the config file
     for our_key, value in native.items():
         _put(ctx.ours, our_key, value, f"{our_key}={_shown(value)}", NATIVE)
 
