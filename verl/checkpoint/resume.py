@@ -14,7 +14,6 @@ math (total_steps, logging, devices, micro-batch sizes, engine memory knobs) may
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -95,13 +94,10 @@ def resolve_resume(cfg, warn=print) -> ResumePoint:
     before any model loads. Raises ConfigError (one line, exit 2) for a bad path, a
     non-resumable checkpoint, a changed config, or a new run over an earlier one.
 
-    Called again in the same process with the same config before the run starts (the CLI, then
-    the Trainer it builds), it returns the same answer without repeating its warnings."""
+    Called once per run: by the launcher (verl/trainer/launch.py), which hands the answer to the
+    Trainer, or by a Trainer built without one (the Python API)."""
     ck = cfg.checkpoint
     lock = claim_run_folder(ck.save_dir)
-    key = json.dumps(scrub_config(cfg.to_dict()), sort_keys=True)
-    if lock.owner() is None and lock.memo.get("key") == key:
-        return lock.memo["point"]
     try:
         removed = clean_stale_temps(ck.save_dir)
         if removed:
@@ -111,7 +107,6 @@ def resolve_resume(cfg, warn=print) -> ResumePoint:
         if lock.owner() is None:
             lock.release()
         raise
-    lock.memo = {"key": key, "point": point}
     return point
 
 

@@ -38,7 +38,6 @@ class RunLock:
         self.path = os.path.join(folder, LOCK_NAME)
         self.fd: Optional[int] = None
         self._owner: Optional[weakref.ref] = None
-        self.memo: dict = {}  # what resolve_resume decided while this process held the folder
 
     @property
     def held(self) -> bool:
@@ -93,7 +92,6 @@ class RunLock:
                 os.close(self.fd)
             self.fd = None
         self._owner = None
-        self.memo = {}
         if _HELD.get(self.folder) is self:
             del _HELD[self.folder]
 

@@ -33,6 +33,11 @@ class SamplingParams:
     # None); validation and the steps rollout.logprob_check_every skips set it
     log_probs: bool = True
 
+    @property
+    def is_greedy(self) -> bool:
+        """Argmax decoding: asked for (greedy), or implied by temperature 0 (every engine's reading)."""
+        return self.greedy or self.temperature == 0
+
     @classmethod
     def from_config(cls, rollout_cfg) -> "SamplingParams":
         return cls(max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,

@@ -214,7 +214,7 @@ class HFRollout(RolloutEngine):
         input_ids = part.input_ids.to(device)
         attention_mask = part.attention_mask.to(device)
         if self.decoder is not None:
-            greedy = sampling.greedy or sampling.temperature == 0
+            greedy = sampling.is_greedy
             seqs_dev, logp_dev = self.decoder.generate(
                 input_ids, attention_mask, sampling.max_new_tokens, temperature=sampling.temperature,
                 top_k=sampling.top_k, top_p=sampling.top_p, greedy=greedy)
@@ -228,7 +228,7 @@ class HFRollout(RolloutEngine):
         gen_kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=tok.eos_token_id,
                           pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_logits=True,
                           **self.cache_kwargs)
-        if sampling.greedy or sampling.temperature == 0:
+        if sampling.is_greedy:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             temperature = 1.0
         else:

@@ -139,7 +139,7 @@ def memory_types() -> tuple[str, ...]:
 
 def sampling_dict(sampling: SamplingParams, extra: dict) -> dict:
     """SGLang's sampling parameters for one sample (n = 1: samples are separate requests)."""
-    greedy = sampling.greedy or sampling.temperature == 0
+    greedy = sampling.is_greedy
     params = {
         "max_new_tokens": sampling.max_new_tokens,
         "temperature": 0.0 if greedy else sampling.temperature,

@@ -183,7 +183,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
 
     # ------------------------------------------------------------------ generate
     def _sampling_params(self, sampling: SamplingParams, seed: Optional[int], n: int):
-        greedy = sampling.greedy or sampling.temperature == 0
+        greedy = sampling.is_greedy
         return self._vllm_sampling_cls(
             n=n,
             max_tokens=sampling.max_new_tokens,
@@ -206,7 +206,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         own SamplingParams (own seed). Public so the benchmark can time raw vLLM on the very
         same requests. Each call advances the call counter that enters the seeds.
         """
-        greedy = sampling.greedy or sampling.temperature == 0
+        greedy = sampling.is_greedy
         # vLLM refuses n > 1 for greedy requests: send greedy prompts n times instead.
         copies, per_request = (sampling.n, 1) if greedy else (1, sampling.n)
         rows = [i for i in range(len(prompts)) for _ in range(copies)]

@@ -28,12 +28,11 @@ import queue
 import threading
 import time
 
-import torch
-
 from verl.batch import Batch
 from verl.rollout.partial import generate_in_segments
 from verl.trainer.engine_stream import producer_stream, update_event, wait_for
 from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep
+from verl.trainer.step_seed import step_seed
 
 
 class SyncExperience:
@@ -192,7 +191,7 @@ class AsyncExperience:
                     return
                 version = self._sync_to_newest()
                 prompts = self._draw()
-                torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
+                step_seed(t.config.seed, i)  # as the synchronous step seeds itself
                 started = time.perf_counter()
                 self.partial_stats = {}
                 batch, metrics = t.generate_experience(prompts)

@@ -22,7 +22,7 @@ from verl.checkpoint.manager import CheckpointError, CheckpointManager
 from verl.checkpoint.durable_files import test_kill_point
 from verl.checkpoint.model_files import (check_lora_model, load_module_weights, save_lora_adapters,
                                       save_model_folder, save_pretrained_into)
-from verl.checkpoint.resume import prepare_run_dir, resolve_resume, write_run_state
+from verl.checkpoint.resume import prepare_run_dir, write_run_state
 from verl.checkpoint.run_folder import file_records
 from verl.checkpoint.run_lock import hold_run_folder
 from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpoint_write, note_checkpoint,
@@ -30,12 +30,12 @@ from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpo
 
 
 class RunHooks:
-    def __init__(self, trainer):
+    def __init__(self, trainer, resume_point):
+        """resume_point: where the run starts (fresh, a checkpoint, already finished), settled before
+        the logger opens metrics.jsonl, so that a resumed log continues without duplicated steps."""
         self.trainer = trainer
         cfg = trainer.config
-        # Where the run starts (fresh, a checkpoint, already finished) is settled before the
-        # logger opens metrics.jsonl, so that a resumed log continues without duplicated steps.
-        self.resume_point = getattr(trainer, "resume_point", None) or resolve_resume(cfg, warn=self._say)
+        self.resume_point = resume_point
         # The folder's lock (taken by resolve_resume) belongs to this run until close().
         self._lock = hold_run_folder(trainer.output_dir)
         self._lock.adopt(self, say=self._say)

@@ -48,7 +48,8 @@ def run_training(config_path: str | None, overrides: list[str]) -> int:
         return 0
     with GracefulStop(config.checkpoint.stop_grace_s):  # a stop takes at most stop_grace_s (signals.py)
         try:
-            trainer = create_trainer(config)  # a stop while models load ends here too (nothing to save)
+            # a stop while models load ends here too (nothing to save)
+            trainer = create_trainer(config, resume_point=point)
             metrics = trainer.train()
         except StopTraining as stop:
             print(str(stop))

@@ -26,10 +26,9 @@ from __future__ import annotations
 import collections
 import time
 
-import torch
-
 from verl.rollout.vllm_stream import VLLMStream
 from verl.trainer.experience_source import AsyncExperience
+from verl.trainer.step_seed import step_seed
 
 
 class _Stopped(Exception):
@@ -101,7 +100,7 @@ class StreamingExperience(AsyncExperience):
             too_old = self.synced is None or self.synced < i - self.k
             self._sync_to_newest(wait=not self.ahead and too_old)
             prompts, ahead = self._next_prompts(i)
-            torch.manual_seed(t.config.seed * 1_000_003 + i)  # as the synchronous step seeds itself
+            step_seed(t.config.seed, i)  # as the synchronous step seeds itself
             started = time.perf_counter()
             batch, metrics = t.generate_experience(prompts)
             metrics["timing_s/async_generate"] = time.perf_counter() - started

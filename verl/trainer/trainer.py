@@ -23,7 +23,7 @@ from verl.algorithms.masked import masked_mean
 from verl.backends import build_backend
 from verl.batch import Batch
 from verl.checkpoint.full_state import RunState
-from verl.checkpoint.resume import resolve_resume
+from verl.checkpoint.resume import ResumePoint, resolve_resume
 from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
@@ -35,15 +35,17 @@ from verl.trainer.counters import RunCounters
 from verl.trainer.experience import add_advantages, policy_kl
 from verl.trainer.experience_source import build_experience_source
 from verl.trainer.inputs import attach_inputs
+from verl.trainer.step_seed import step_seed
 from verl.trainer.stage_memory import CudaCounters, StageMemory
 from verl.trainer.timer import StageTimer, stage
 
 
 class Trainer:
     def __init__(self, config: Config, *, reward_funcs=None, reward_weights=None, train_dataset=None,
-                 eval_dataset=None):
+                 eval_dataset=None, resume_point: ResumePoint | None = None):
         """`config`: a finished Config. The keywords (docs/python_api.md): Python reward callables and
-        in-memory datasets, recorded in self.config by name / description (verl.trainer.inputs)."""
+        in-memory datasets, recorded in self.config by name / description (verl.trainer.inputs);
+        `resume_point`: where the run starts, as the launcher resolved it (None: resolved here)."""
         config, self.inputs = attach_inputs(config, reward_funcs=reward_funcs, reward_weights=reward_weights,
                                             train_dataset=train_dataset, eval_dataset=eval_dataset)
         self.config = cfg = config
@@ -51,7 +53,7 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         # Where the run starts (checkpoint.resume), settled before any model loads so that a bad
         # path or a changed config fails in a second; RunHooks restores the state at the end.
-        self.resume_point = resolve_resume(cfg)
+        self.resume_point = resume_point if resume_point is not None else resolve_resume(cfg)
         m = cfg.model
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
                                         m.trust_remote_code, m.gguf_file)
@@ -84,7 +86,7 @@ class Trainer:
         self.output_dir = cfg.checkpoint.save_dir
         from verl.trainer.hooks import RunHooks
 
-        self.hooks = RunHooks(self)  # logging, checkpoints, and the restore of resume_point
+        self.hooks = RunHooks(self, self.resume_point)  # logging, checkpoints, and the restore of resume_point
 
     @property
     def global_step(self) -> int:
@@ -207,7 +209,7 @@ class Trainer:
 
     def _seed_step(self) -> None:
         """Each step's randomness derives from (seed, step): reruns and resumes sample alike."""
-        torch.manual_seed(self.config.seed * 1_000_003 + self.global_step)
+        step_seed(self.config.seed, self.global_step)
         self._parts = {}  # metrics of the stages, by stage
 
     # ---------------------------------------------------------------- metrics
@@ -267,12 +269,12 @@ def _tool_schemas(specs: list) -> list | None:
 
 
 def create_trainer(config: Config | str, *, reward_funcs=None, reward_weights=None, train_dataset=None,
-                   eval_dataset=None) -> Trainer:
+                   eval_dataset=None, resume_point: ResumePoint | None = None) -> Trainer:
     """`create_trainer(load_config("config.yaml"))`; a path is loaded for you. The keywords are
-    Trainer's (docs/python_api.md)."""
+    Trainer's (docs/python_api.md); the launcher passes the resume_point it resolved."""
     if isinstance(config, (str, os.PathLike)):
         from verl.config import load_config
 
         config = load_config(str(config))
     return Trainer(config, reward_funcs=reward_funcs, reward_weights=reward_weights, train_dataset=train_dataset,
-                   eval_dataset=eval_dataset)
+                   eval_dataset=eval_dataset, resume_point=resume_point)
