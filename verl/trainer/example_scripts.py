@@ -241,10 +241,21 @@ def run_all(train: bool = True, names=None) -> dict[str, str]:
     return results
 
 
+def reason(line: str) -> str:
+    """What a refusal is about: the key (or option) it names."""
+    m = re.match(r"(?:real verl's )?(--[\w-]+=[\w.]+|[\w.]+)", line)
+    return re.sub(r"\.yaml$", "", m.group(1)) if m else line
+
+
 def render_table(results: dict[str, str]) -> str:
     trains = sum(1 for r in results.values() if r == TRAINS)
-    lines = [f"{trains} of {len(results)} scripts train a step; the others are refused with the line shown.", "",
-             "| real verl script | here |", "|---|---|"]
+    reasons: dict[str, int] = {}
+    for r in results.values():
+        if r != TRAINS:
+            reasons[reason(r)] = reasons.get(reason(r), 0) + 1
+    by = ", ".join(f"{n} `{k}`" for k, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = [f"{trains} of {len(results)} scripts train a step; {len(results) - trains} are refused with the line "
+             f"shown, by what they name: {by}.", "", "| real verl script | here |", "|---|---|"]
     for name, result in results.items():
         lines.append(f"| `{name}` | {result.replace('|', chr(92) + '|')} |")
     return "\n".join(lines)
