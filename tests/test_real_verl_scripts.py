@@ -169,6 +169,9 @@ def test_reward_model_and_dapo_manager_map(tmp_path, tiny_gpt2):
                                             "+reward_model.reward_kwargs.max_resp_len=4"]))
     o = cfg.algorithm.overlong_penalty
     assert (o.enable, o.buffer_len, o.penalty_factor) == (True, 2, 0.5)
+    with pytest.raises(ConfigError, match=r"overlong_buffer_cfg.len=5 is longer than data.max_response_length=4"):
+        translate(base + ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong_buffer_cfg.len=5",
+                          "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"])
     with pytest.raises(ConfigError, match="max_resp_len=8 differs from data.max_response_length=4"):
         translate(base + ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=8",
                           "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"])

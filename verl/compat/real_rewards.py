@@ -100,9 +100,12 @@ def _dapo_overlong(kwargs: dict, kw_key: str, ctx) -> dict:
     if max_len is not None and as_int(max_len, f"{kw_key}.max_resp_len") != as_int(response, "data.max_response_length"):
         raise ConfigError(f"{kw_key}.max_resp_len={max_len} differs from data.max_response_length={response}: the "
                           f"overlong penalty here counts from the response limit (see {MANUAL})")
+    buffer_len = as_int(buf.get("len", 8), f"{kw_key}.overlong_buffer_cfg.len", low=1)
+    if buffer_len > as_int(response, "data.max_response_length"):
+        raise ConfigError(f"{kw_key}.overlong_buffer_cfg.len={buffer_len} is longer than data.max_response_length="
+                          f"{response}: the penalty ramps over the last len tokens of a response")
     return {"algorithm.overlong_penalty.enable": True,
-            "algorithm.overlong_penalty.buffer_len": as_int(buf.get("len", 8), f"{kw_key}.overlong_buffer_cfg.len",
-                                                            low=1),
+            "algorithm.overlong_penalty.buffer_len": buffer_len,
             "algorithm.overlong_penalty.penalty_factor": float(buf.get("penalty_factor", 1.0))}
 
 
