@@ -97,7 +97,8 @@ def _dapo_overlong(kwargs: dict, kw_key: str, ctx) -> dict:
         return {}
     max_len = kwargs.get("max_resp_len")
     response = ctx.get("data.max_response_length")
-    if max_len is not None and as_int(max_len, f"{kw_key}.max_resp_len") != as_int(response, "data.max_response_length"):
+    if max_len is not None and (as_int(max_len, f"{kw_key}.max_resp_len")
+                                != as_int(response, "data.max_response_length")):
         raise ConfigError(f"{kw_key}.max_resp_len={max_len} differs from data.max_response_length={response}: the "
                           f"overlong penalty here counts from the response limit (see {MANUAL})")
     buffer_len = as_int(buf.get("len", 8), f"{kw_key}.overlong_buffer_cfg.len", low=1)

@@ -481,7 +481,8 @@ def _device(value, ctx, key):
 # ---------------------------------------------------------------------------
 
 _MICRO = "micro-batching splits the same update (results equal up to float rounding)"
-_LAYOUT = "the engine's layout over devices: no meaning on one process; several devices run one engine per tensor-parallel group here"
+_LAYOUT = ("the engine's layout over devices: no meaning on one process; several devices run one engine per "
+           "tensor-parallel group here")
 _ENGINE = "engine internals with no effect on results here"
 _PROFILER = "profiling"
 
@@ -699,7 +700,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
     (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
-    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "data.val_do_sample, data.val_n", default=False,
+    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
+                                                              "val_top_p, val_top_k", default=False,
                                                note="True: n sampled answers (mean@n; n=1: mean@1_sampled) with "
                                                     "val_kwargs' temperature/top_p/top_k, besides the greedy "
                                                     "mean@1; False: the greedy answer (n copies are one)")),

@@ -33,9 +33,10 @@ BEGIN, END = "<!-- real-verl-scripts:begin -->", "<!-- real-verl-scripts:end -->
 TRAINS = "trains a step"
 
 # key -> its tiny value (sizes and steps); keys a script gives are replaced, these are always set
-SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_prompt_length": "64", "data.max_response_length": "4",
-         "actor_rollout_ref.actor.ppo_mini_batch_size": "2", "critic.ppo_mini_batch_size": "2",
-         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2", "actor_rollout_ref.actor.ppo_micro_batch_size": "2",
+SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_prompt_length": "64",
+         "data.max_response_length": "4", "actor_rollout_ref.actor.ppo_mini_batch_size": "2",
+         "critic.ppo_mini_batch_size": "2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2",
+         "actor_rollout_ref.actor.ppo_micro_batch_size": "2",
          "actor_rollout_ref.rollout.response_length": "4", "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
          "trainer.n_gpus_per_node": "1", "trainer.nnodes": "1", "trainer.total_epochs": "1",
          "trainer.total_training_steps": "1", "reward_model.reward_kwargs.max_resp_len": "4",
