@@ -204,7 +204,7 @@ def test_log_probs_are_computed_on_the_sampled_ids_of_every_turn(tmp_path, tiny_
     weights in float32), so no turn was re-tokenized; masked tokens stay out of the loss."""
     cfg = load_config(None, small_overrides(tmp_path, **{**ENV_OVERRIDES, "model.name": tiny_qwen2}))
     trainer = create_trainer(cfg)
-    batch, _ = trainer.generate_experience(trainer.train_data.next_batch())
+    batch, _ = trainer.rollout_stage.run(trainer.train_data.next_batch(), trainer.global_step)
     assert max(e["num_turns"] for e in batch.extra) >= 2
     logp, _ = trainer.actor.compute_log_probs(batch)
     mask = batch.response_mask > 0

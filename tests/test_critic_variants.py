@@ -102,7 +102,7 @@ def _experience(trainer):
     """One step's batch up to the advantages, as Trainer.step builds it."""
     from verl.trainer.experience import add_advantages
 
-    batch, _ = trainer.generate_experience(trainer.train_data.next_batch())
+    batch, _ = trainer.rollout_stage.run(trainer.train_data.next_batch(), trainer.global_step)
     batch.old_log_probs, _ = trainer.actor.compute_log_probs(batch)
     if trainer.reference is not None:
         batch.ref_log_probs = trainer.reference.compute_log_probs(batch)

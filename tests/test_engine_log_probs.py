@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
-import types
 
 import pytest
 import torch
 
 from verl import load_config
 from verl.batch import Batch
-from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.trainer.trainer import Trainer
+from verl.rollout.base import assemble_rollout
+from verl.trainer.step_sampling import StepSampling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -22,15 +21,11 @@ import common  # noqa: E402  (benchmarks/common.py: a synthetic tokenizer, no do
 
 
 def _asked(overrides: list[str], steps: list[int]) -> list[bool]:
-    """SamplingParams.log_probs of Trainer._step_sampling at each global_step (completed steps) in
+    """SamplingParams.log_probs of StepSampling.for_step at each global_step (completed steps) in
     `steps`, for one process that starts at steps[0] (a resume when > 0)."""
     cfg = load_config(None, ["device=cpu", *overrides])
-    fake = types.SimpleNamespace(config=cfg, sampling=SamplingParams.from_config(cfg.rollout), _first_rollout_step=None)
-    out = []
-    for g in steps:
-        fake.global_step = g
-        out.append(Trainer._step_sampling(fake).log_probs)
-    return out
+    sampling = StepSampling(cfg.rollout, cfg.async_training.enable)
+    return [sampling.for_step(g).log_probs for g in steps]
 
 
 def test_every_tenth_step_by_default_and_every_kth_with_the_key():

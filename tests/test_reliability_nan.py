@@ -88,7 +88,7 @@ def test_out_of_memory_becomes_knob_list(monkeypatch, capsys, tmp_path):
         def train(self):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(trainer_pkg, "create_trainer", lambda config: Boom())
+    monkeypatch.setattr(trainer_pkg, "create_trainer", lambda config, resume_point: Boom())
     code = main(["train", f"checkpoint.save_dir={tmp_path}/o"])
     err = capsys.readouterr().err
     assert code == 1

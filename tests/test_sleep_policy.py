@@ -82,30 +82,30 @@ def test_needed_sleeps_without_an_estimate_and_always_never_asks(capsys):
     assert never_asked.calls == 0
 
 
-def fake_trainer(budget, sleep_when="needed", mini=None):
+def fake_source(budget, sleep_when="needed", mini=None, sleep_enabled=True):
+    """A synchronous source over a stage that returns three_rows(), with the run's sleep policy; the
+    engine's sleep() calls land in `slept`."""
     slept = []
     cfg = SimpleNamespace(rollout=SimpleNamespace(sleep_when=sleep_when),
                           training=SimpleNamespace(mini_batch_size=mini))
     actor = SimpleNamespace(budget=budget, micro=SimpleNamespace(packed=True))
-    t = SimpleNamespace(config=cfg, actor=actor, reference=None, critic=None, train_data=None, _parts={},
-                        rollout=SimpleNamespace(sleep=lambda: slept.append(1), sleep_enabled=True))
-    t.generate_experience = lambda prompts: (three_rows(), {})
-    t.train_data = SimpleNamespace(next_batch=lambda: None)
-    return t, slept
+    engine = SimpleNamespace(sleep=lambda: slept.append(1), sleep_enabled=sleep_enabled)
+    stage = SimpleNamespace(engine=engine, prompts=SimpleNamespace(next_batch=lambda: None), timer=None,
+                            run=lambda prompts, step: (three_rows(), {}))
+    source = SyncExperience(stage, SimpleNamespace(global_step=0), SleepPolicy.for_run(cfg, [actor], engine), None)
+    return source, slept
 
 
 @pytest.mark.parametrize("awake_tokens, mini, sleeps", [(13, None, 0), (12, None, 3), (10, 2, 0), (9, 2, 3)])
 def test_sync_experience_sleeps_the_engine_only_where_needed(awake_tokens, mini, sleeps, capsys):
     # packed: whole batch 13 tokens; mini-batches of 2 rows at most 6 + 4 = 10
-    t, slept = fake_trainer(FakeBudget(awake_tokens), mini=mini)
-    source = SyncExperience(t)
+    source, slept = fake_source(FakeBudget(awake_tokens), mini=mini)
     for _ in range(3):
-        source.next_batch()
+        source.next()
     assert len(slept) == sleeps
-    t, slept = fake_trainer(FakeBudget(awake_tokens), sleep_when="always", mini=mini)
-    source = SyncExperience(t)
+    source, slept = fake_source(FakeBudget(awake_tokens), sleep_when="always", mini=mini)
     for _ in range(3):
-        source.next_batch()
+        source.next()
     assert len(slept) == 3
 
 
@@ -121,9 +121,7 @@ def test_an_engine_without_sleep_mode_is_not_asked_about(capsys):
     assert engine_can_sleep(SimpleNamespace(sleep_enabled=False)) is False
     assert engine_can_sleep(SimpleNamespace(engine=SimpleNamespace(sleep_enabled=True))) is True  # multi-turn
     budget = FakeBudget(10 ** 9)
-    t, slept = fake_trainer(budget)
-    t.rollout.sleep_enabled = False
-    source = SyncExperience(t)
-    source.next_batch()
+    source, slept = fake_source(budget, sleep_enabled=False)
+    source.next()
     assert len(slept) == 1 and budget.calls == 0  # sleep() is the engine's no-op; nothing decided
     assert capsys.readouterr().out == ""

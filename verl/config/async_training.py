@@ -31,3 +31,12 @@ class AsyncTrainingConfig(Section):
     # (the engine's decode kernels are scheduled ahead of the update's on the shared GPU). CUDA only.
     # Measured slower on the H200 (0.75x normal, one run each; docs/async.md): for experiments.
     engine_priority: str = key("normal", choices=("normal", "high"), resume_safe=True)
+
+    def engine_args(self, max_num_seqs):
+        """What this mode changes in the in-process engine's start (verl/rollout/in_process.py), given the
+        sequences of one step: streaming (vLLM only, see _check_streaming) holds the requests of up to
+        max_staleness + 1 batches at once and turns the prefix cache off (VLLMRollout); else nothing."""
+        if not (self.enable and self.streaming):
+            return {}
+        return {"enable_prefix_caching": False,
+                "max_num_seqs": max_num_seqs * (self.max_staleness + 1) if max_num_seqs else max_num_seqs}

@@ -14,7 +14,7 @@ import torch
 
 from verl.rollout.base import RolloutEngine
 from verl.rollout.hf_weights import hf_named_weights
-from verl.rollout.vllm_weights import engine_start_args
+from verl.rollout.vllm_weights import export_hf_folder
 
 
 class InProcessEngine(RolloutEngine):
@@ -68,3 +68,25 @@ class InProcessEngine(RolloutEngine):
         metrics.update(self._pending_metrics)
         self._pending_metrics = {}
         return metrics
+
+
+def engine_start_args(model, tokenizer, config) -> dict:
+    """What an in-process engine (vLLM, SGLang) starts from in the trainer: the actor's checkpoint
+    folder (or an exported Hugging Face folder when the actor came from GGUF or a hub name), its
+    device, and the sequences of one step (training.batch_size x rollout.n: the engine's batch
+    capacity when rollout.max_num_seqs is unset), resized for the asynchronous mode where it asks
+    (AsyncTrainingConfig.engine_args). The engine is synced from the module right after."""
+    import os
+
+    from verl.models.tiny import resolve_model_name
+
+    path = resolve_model_name(config.model.name)
+    if config.model.gguf_file or not os.path.isdir(path):
+        path = export_hf_folder(model, tokenizer)
+    batch_size = getattr(getattr(config, "training", None), "batch_size", None)
+    max_num_seqs = batch_size * (config.rollout.n or 1) if batch_size else None
+    args = dict(model_path=path, device=str(next(model.parameters()).device), max_num_seqs=max_num_seqs)
+    a = getattr(config, "async_training", None)
+    if a is not None:
+        args.update(a.engine_args(max_num_seqs))
+    return args

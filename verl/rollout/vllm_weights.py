@@ -127,27 +127,3 @@ def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
     save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
     tokenizer.save_pretrained(out)
     return out
-
-
-def engine_start_args(model, tokenizer, config) -> dict:
-    """What an in-process engine (vLLM, SGLang) starts from in the trainer: the actor's checkpoint
-    folder (or an exported Hugging Face folder when the actor came from GGUF or a hub name), its
-    device, and the sequences of one step (training.batch_size x rollout.n: the engine's batch
-    capacity when rollout.max_num_seqs is unset); with async_training.streaming, the prefix cache off and room
-    for max_staleness + 1 batches. The engine is synced from the module right after."""
-    import os
-
-    from verl.models.tiny import resolve_model_name
-
-    path = resolve_model_name(config.model.name)
-    if config.model.gguf_file or not os.path.isdir(path):
-        path = export_hf_folder(model, tokenizer)
-    batch_size = getattr(getattr(config, "training", None), "batch_size", None)
-    args = dict(model_path=path, device=str(next(model.parameters()).device),
-                max_num_seqs=batch_size * (config.rollout.n or 1) if batch_size else None)
-    a = getattr(config, "async_training", None)
-    if a is not None and a.enable and a.streaming:  # vLLM only (config check): see VLLMRollout
-        args["enable_prefix_caching"] = False
-        if args["max_num_seqs"]:  # up to max_staleness + 1 batches are in the engine at once
-            args["max_num_seqs"] *= a.max_staleness + 1
-    return args

@@ -60,7 +60,8 @@ class RunHooks:
             self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(trainer.device))
         from verl.trainer.validation import Validator
 
-        self.validator = Validator(trainer)
+        self.validator = Validator(trainer.rollout, trainer.reward, trainer.tokenizer, cfg, trainer.val_rows,
+                                   trainer.tool_schemas, say=self._say, log_samples=self.tracker.log_samples)
         self.started = False
         self._step_start_data = None  # the prompt loader's state when the step in progress began
         self._restore()

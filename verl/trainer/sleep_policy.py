@@ -62,6 +62,14 @@ class SleepPolicy:
         self.when, self.workers, self.mini_rows, self.packed = when, workers, mini_rows, packed
         self.decided: Optional[bool] = None if when == "needed" and can_sleep else True
 
+    @classmethod
+    def for_run(cls, config, workers: list, engine) -> "SleepPolicy":
+        """The policy of a run: rollout.sleep_when over the model roles (the actor first), counted as the
+        actor's micro-batching counts tokens (packed or padded), for `engine`."""
+        micro = getattr(workers[0], "micro", None)
+        return cls(config.rollout.sleep_when, workers, config.training.mini_batch_size,
+                   packed=bool(micro is not None and micro.packed), can_sleep=engine_can_sleep(engine))
+
     def wanted(self, batch: Batch) -> bool:
         if self.decided is None:
             need = mini_batch_tokens(batch, self.mini_rows or len(batch), self.packed)

@@ -24,27 +24,20 @@ async/stream_in_flight (batches still in the engine when this one was handed ove
 from __future__ import annotations
 
 import collections
-import time
 
-from verl.rollout.vllm_stream import VLLMStream
-from verl.trainer.experience_source import AsyncExperience
-from verl.trainer.step_seed import step_seed
-
-
-class _Stopped(Exception):
-    """Raised between two engine steps once the source is closed: the producer leaves its batch."""
+from verl.trainer.async_experience import AsyncExperience, Stopped
 
 
 class StreamingExperience(AsyncExperience):
-    def __init__(self, trainer):
-        self.stream = VLLMStream(trainer.rollout)
-        trainer.rollout = self.stream  # AsyncExperience wraps it in the engine lock
-        super().__init__(trainer)
+    def __init__(self, stage, lock, **args):
+        """stage: the RolloutStage over the VLLMStream (verl/rollout/vllm_stream.py; run_engines builds it)."""
+        super().__init__(stage, lock, **args)
+        self.stream = stage.engine
         self.ahead: collections.deque = collections.deque()  # (index, ticket) of the batches submitted ahead
         self.submitted = None  # the ticket of the batch being generated, if it was submitted ahead
 
-    def _producer_generate(self):
-        return self._stream_generate
+    def _producer_engine(self):
+        return self.engine.generating_with(self._stream_generate)
 
     def _sync_to_newest(self, wait: bool = True) -> int:
         version = super()._sync_to_newest(wait)
@@ -63,56 +56,39 @@ class StreamingExperience(AsyncExperience):
 
     def _between_steps(self) -> None:
         if self.stop.is_set():
-            raise _Stopped
+            raise Stopped
         self._sync_to_newest(wait=False)
         j = self.next_index + 1 + len(self.ahead)
         while self.version >= j - self.k and self.synced >= j - self.k:
-            self.ahead.append((j, self.stream.submit(self._draw(), self.t.sampling)))
+            self.ahead.append((j, self.stream.submit(self._draw(), self.stage.sampling.base)))
             j += 1
 
-    def _next_prompts(self, i: int):
-        """Batch i's prompts: drawn ahead (and submitted), or drawn now. (prompts, drawn ahead?)"""
+    def _prepare(self, i: int):
+        """Batch i's prompts: drawn ahead (and submitted), or drawn now; whether they were drawn ahead."""
+        # Wait for an update in progress only when the engine's weights are too old for batch i: a batch
+        # submitted ahead has its version already, and the engine's requests must keep decoding meanwhile
+        # (the hook syncs as soon as the update ends). At k = 0 the update has always ended here.
+        too_old = self.synced is None or self.synced < i - self.k
+        self._sync_to_newest(wait=not self.ahead and too_old)
         if self.ahead:
             j, self.submitted = self.ahead.popleft()
             assert j == i, (j, i)  # drawn in order, taken in order
             return self.submitted.prompts, True
         return self._draw(), False
 
-    def _produce(self) -> None:
-        try:
-            self._produce_batches()
-        except _Stopped:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops with it
-            self._put(exc)
-        finally:
-            self.stream.abort_all()  # in this thread: the engine is not shared with the closing one
+    def _finish(self, batch, metrics: dict, ahead: bool) -> int:
+        """The stream's metrics; the batch's version: the oldest weights at any of its submissions."""
+        first = [e["policy_version"] for e in batch.extra]
+        metrics["async/stream_prefetched"] = float(ahead)
+        metrics["async/stream_switched_samples"] = float(
+            sum(e["policy_version_last"] != e["policy_version"] for e in batch.extra))
+        metrics["async/stream_in_flight"] = float(self.stream.in_flight())
+        c = self.stream.last_collect  # the batch's collect: engine steps, their seconds, how full they were
+        metrics["async/stream_steps"] = float(c.get("steps", 0))
+        metrics["async/stream_step_s"] = float(c.get("step_s", 0.0))
+        metrics["async/stream_hook_s"] = float(c.get("hook_s", 0.0))
+        metrics["async/stream_requests_mean"] = float(c.get("requests_mean", 0.0))
+        return min(first)
 
-    def _produce_batches(self) -> None:
-        t = self.t
-        while not self.stop.is_set():
-            i = self.next_index
-            if not self._wait_for_turn(i):
-                return
-            # Wait for an update in progress only when the engine's weights are too old for batch i: a batch
-            # submitted ahead has its version already, and the engine's requests must keep decoding meanwhile
-            # (the hook syncs as soon as the update ends). At k = 0 the update has always ended here.
-            too_old = self.synced is None or self.synced < i - self.k
-            self._sync_to_newest(wait=not self.ahead and too_old)
-            prompts, ahead = self._next_prompts(i)
-            step_seed(t.config.seed, i)  # as the synchronous step seeds itself
-            started = time.perf_counter()
-            batch, metrics = t.generate_experience(prompts)
-            metrics["timing_s/async_generate"] = time.perf_counter() - started
-            first = [e["policy_version"] for e in batch.extra]
-            metrics["async/stream_prefetched"] = float(ahead)
-            metrics["async/stream_switched_samples"] = float(
-                sum(e["policy_version_last"] != e["policy_version"] for e in batch.extra))
-            metrics["async/stream_in_flight"] = float(self.stream.in_flight())
-            c = self.stream.last_collect  # the batch's collect: engine steps, their seconds, how full they were
-            metrics["async/stream_steps"] = float(c.get("steps", 0))
-            metrics["async/stream_step_s"] = float(c.get("step_s", 0.0))
-            metrics["async/stream_hook_s"] = float(c.get("hook_s", 0.0))
-            metrics["async/stream_requests_mean"] = float(c.get("requests_mean", 0.0))
-            self.next_index = i + 1
-            self._put((batch, metrics, min(first)))
+    def _producer_done(self) -> None:
+        self.stream.abort_all()  # in this thread: the engine is not shared with the closing one

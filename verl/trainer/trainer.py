@@ -12,8 +12,8 @@ reads like the algorithm.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import threading
 
 import torch
 
@@ -28,15 +28,17 @@ from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
-from verl.rollout.base import SamplingParams
 from verl.signals import Interrupted
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
 from verl.trainer.experience import add_advantages, policy_kl
-from verl.trainer.experience_source import build_experience_source
+from verl.trainer.experience_source import build_experience_source, run_engines
 from verl.trainer.inputs import attach_inputs
-from verl.trainer.step_seed import step_seed
+from verl.trainer.rollout_stage import RolloutStage
+from verl.trainer.sleep_policy import SleepPolicy
 from verl.trainer.stage_memory import CudaCounters, StageMemory
+from verl.trainer.step_sampling import StepSampling
+from verl.trainer.step_seed import step_seed
 from verl.trainer.timer import StageTimer, stage
 
 
@@ -65,20 +67,27 @@ class Trainer:
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
                                            functions=self.inputs.functions)
         self.reward_weights = self.reward.weights  # the components' weights (GDPO combines its parts with them)
-        self._keeps_reward_parts = ESTIMATORS[cfg.algorithm.adv_estimator].reads_reward_parts
-        self.sampling = SamplingParams.from_config(cfg.rollout)
-        self._first_rollout_step = None  # the first step this process generated for (a stale-weights check)
-        self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling)  # the algorithm's special cases
+        self.sampling = StepSampling(cfg.rollout, cfg.async_training.enable)  # with or without engine log-probs
+        self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling.base)  # the algorithm's special cases
         # The roles, in this process or as Ray worker groups: the same methods either way.
         self.backend = build_backend(cfg)
         roles = self.backend.build_roles(cfg, self.tokenizer, self.device, self.reward)
         self.actor, self.reference, self.critic = roles.actor, roles.reference, roles.critic
-        self.reward, self.rollout = roles.reward, roles.rollout
+        self.reward = roles.reward
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
-        self.experience = build_experience_source(self)  # now, or a producer thread ahead (async_training)
+        # The asynchronous producer's generation and syncs, and this thread's validation, one at a time.
+        self.engine_lock = threading.RLock()
+        stage_engine, self.rollout = run_engines(roles.rollout, cfg.async_training, self.engine_lock)
         self.timer = StageTimer(StageMemory(CudaCounters(self.device, unbacked=self.rollout.unbacked_bytes))
                                 if self.device.type == "cuda" else None)
         self.counters = RunCounters()
+        self.rollout_stage = RolloutStage(
+            stage_engine, self.reward, self.sampling, self.algorithm, self.train_data, timer=self.timer,
+            keeps_reward_parts=ESTIMATORS[cfg.algorithm.adv_estimator].reads_reward_parts)
+        workers = [w for w in (self.actor, self.reference, self.critic) if w is not None]
+        self.experience = build_experience_source(  # now, or a producer thread ahead (async_training)
+            cfg, self.rollout_stage, self.engine_lock, model=self.actor.model, counters=self.counters,
+            sleep=SleepPolicy.for_run(cfg, workers, stage_engine), device=self.device, tokenizer=self.tokenizer)
         self._parts: dict = {}  # the current step's metrics, by stage
         # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).
         self.run_state = RunState(self.actor, self.critic, self.rollout, self.experience.data, self.kl_ctrl,
@@ -98,18 +107,19 @@ class Trainer:
         self.hooks.before_step()
         self.timer.reset()
         self._seed_step()
-        batch = self.experience.next_batch()                              # 1-2. sample, score
+        experience = self.experience.next()                               # 1-2. sample, score (now or ahead)
+        batch = experience.batch
         self.compute_old_log_probs(batch)                                 # 3. log pi_old, log pi_ref, V
         self.compute_ref_log_probs(batch)
         self.compute_values(batch)
         self.compute_advantages(batch)                                    # 4.
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
-        self.experience.after_update()                                    # 7. new weights -> engine
+        self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
         self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
         self.counters.global_step += 1
         self._last_batch = batch
-        return self.hooks.after_step(self._summarize(batch))
+        return self.hooks.after_step(self._summarize(experience))
 
     def train(self) -> dict:
         """Run the remaining steps to `training.total_steps` with a progress bar."""
@@ -123,51 +133,6 @@ class Trainer:
         return metrics
 
     # ----------------------------------------------------------------- stages
-    @stage("rollout")
-    def generate_experience(self, prompts: Batch) -> tuple[Batch, dict]:
-        """Sample n responses per prompt and score them; the algorithm may add rollouts (ReMax),
-        filter groups (DAPO) and mask responses. Returns the batch and the rollout metrics (also
-        kept for the step's metrics)."""
-        reward_metrics: dict = {}
-        batch = self._sample_and_score(prompts, reward_metrics)
-        batch, metrics = self.algorithm.filter_groups(
-            batch, lambda: self._sample_and_score(self.train_data.next_batch(), reward_metrics))
-        self.algorithm.mask_responses(batch)
-        metrics.update(self.rollout.metrics())  # e.g. agent/* for multi-turn rollouts
-        metrics.update(reward_metrics)
-        return batch, metrics
-
-    def _sample_and_score(self, prompts: Batch, reward_metrics: dict) -> Batch:
-        """One generation and its scores; the reward metrics of the last call land in `reward_metrics`."""
-        batch = self.rollout.generate(prompts, self._step_sampling())
-        batch.scores, scored = self.score(batch)
-        self.algorithm.extra_rollouts(prompts, batch, self.rollout, self.score)
-        scored.update(self.algorithm.shape_scores(batch, self.sampling.max_new_tokens))
-        reward_metrics.clear()
-        reward_metrics.update(scored)
-        return batch
-
-    def _step_sampling(self) -> SamplingParams:
-        """self.sampling, with the engine's log-probs left out on the training steps that
-        rollout.logprob_check_every skips (where the loss does not read them). One decision per step
-        (DAPO's extra draws concatenate with the first): steps 1, k + 1, 2k + 1, ... and the first
-        step of each process (after a resume) check the engine's weights."""
-        r = self.config.rollout
-        if r.logprob_check_every == 1 or r.engine_log_probs_every_step(self.config.async_training.enable):
-            return self.sampling
-        if self._first_rollout_step is None:
-            self._first_rollout_step = self.global_step
-        check = self.global_step == self._first_rollout_step or self.global_step % r.logprob_check_every == 0
-        return dataclasses.replace(self.sampling, log_probs=check)
-
-    @stage("reward")
-    def score(self, batch: Batch):
-        """(scores (B,), metrics); batch.reward_parts too where the estimator reads them (gdpo)."""
-        if not self._keeps_reward_parts:
-            return self.reward.score(batch)
-        scores, batch.reward_parts, metrics = self.reward.score_parts(batch)
-        return scores, metrics
-
     def compute_old_log_probs(self, batch: Batch) -> None:
         """log pi_old now, unless (the algorithm allowing, the actor deciding) it comes from the
         update's own first forward: then there is no stage to time."""
@@ -203,17 +168,14 @@ class Trainer:
         with self.experience.updating():  # an asynchronous rollout does not read the weights meanwhile
             self._parts["actor"] = self.actor.update(batch) if self.algorithm.updates_actor(self.global_step) else {}
 
-    @stage("update_weights")
-    def sync_weights(self) -> None:
-        self._parts["sync"] = self.rollout.sync_weights(self.actor.model)
-
     def _seed_step(self) -> None:
         """Each step's randomness derives from (seed, step): reruns and resumes sample alike."""
         step_seed(self.config.seed, self.global_step)
         self._parts = {}  # metrics of the stages, by stage
 
     # ---------------------------------------------------------------- metrics
-    def _summarize(self, batch) -> dict:
+    def _summarize(self, experience) -> dict:
+        batch = experience.batch
         mask, entropy = batch.response_mask, self.actor.last_entropy
         lengths = batch.attention_mask[:, batch.prompt_length:].sum(dim=1).float()
         n_tokens = float(batch.attention_mask.sum())
@@ -231,7 +193,8 @@ class Trainer:
             # Engine vs actor log-probs on the sampled tokens: large means stale weights.
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
-        for name in ("rollout", "advantages", "critic", "actor", "sync"):
+        m.update(experience.metrics)
+        for name in ("advantages", "critic", "actor", "sync"):
             m.update(self._parts.get(name) or {})
         m.update(self.timer.metrics())
         m["perf/tokens_per_s"] = n_tokens / max(m["timing_s/step"], 1e-9)

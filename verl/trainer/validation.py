@@ -27,14 +27,20 @@ CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as cor
 
 
 class Validator:
-    def __init__(self, trainer):
-        self.trainer = trainer
-        cfg = trainer.config
+    def __init__(self, engine, reward, tokenizer, config, val_rows, tool_schemas, *, say, log_samples):
+        """engine: the rollout engine as the trainer's thread calls it (behind the producer's lock in
+        asynchronous mode); reward: the RewardManager; val_rows: the held-out rows (none: disabled);
+        tool_schemas: the chat template's tools; say(line): a console line; log_samples(step, rows): the
+        tracker's sample log."""
+        self.engine, self.reward, self.tokenizer, self.config = engine, reward, tokenizer, config
+        self.val_rows, self.tool_schemas = val_rows, tool_schemas
+        self.say, self.log_samples = say, log_samples
+        cfg = config
         self.loader = None
-        if trainer.val_rows:
-            self.loader = PromptLoader(trainer.val_rows, trainer.tokenizer, cfg.data,
+        if val_rows:
+            self.loader = PromptLoader(val_rows, tokenizer, cfg.data,
                                        batch_size=max(cfg.training.batch_size * cfg.rollout.n, 8), seed=cfg.seed, shuffle=False,
-                                       tools=trainer.tool_schemas,
+                                       tools=tool_schemas,
                                        name="validation")
 
     @property
@@ -42,10 +48,10 @@ class Validator:
         return self.loader is not None
 
     def _sampling(self, greedy: bool, n: int) -> SamplingParams:
-        s = SamplingParams.from_config(self.trainer.config.rollout)
+        s = SamplingParams.from_config(self.config.rollout)
         s.greedy, s.n = greedy, n
         s.log_probs = False  # nothing reads them here: vLLM skips computing them
-        data = self.trainer.config.data
+        data = self.config.data
         for name in ("temperature", "top_p", "top_k"):  # the sampled pass's own settings (real verl's val_kwargs)
             if getattr(data, f"val_{name}") is not None:
                 setattr(s, name, getattr(data, f"val_{name}"))
@@ -55,30 +61,29 @@ class Validator:
     def run(self, step: int, num_samples_logged: int | None = None) -> dict:
         """Generate on the whole held-out set; returns val/* metrics and logs the first
         `logging.val_samples` (prompt, greedy answer, reward) rows (the console prints them)."""
-        t = self.trainer
+        cfg = self.config
         if num_samples_logged is None:
-            num_samples_logged = t.config.logging.val_samples
+            num_samples_logged = cfg.logging.val_samples
         scores = defaultdict(lambda: defaultdict(list))  # src -> metric -> values
         logged = []
         where = "the validation before step 1" if step == 0 else f"the validation after step {step}"
         if step == 0:  # before any step line: say what the first (possibly long) silent phase is
-            n_rows = len(self.trainer.val_rows)
-            t.hooks._say(f"validating on {n_rows} held-out prompt{'s' if n_rows != 1 else ''} (greedy) before "
-                         f"step 1; again every training.val_every={t.config.training.val_every} steps")
+            n_rows = len(self.val_rows)
+            self.say(f"validating on {n_rows} held-out prompt{'s' if n_rows != 1 else ''} (greedy) before "
+                     f"step 1; again every training.val_every={cfg.training.val_every} steps")
         for prompts in self.loader.one_pass():
             abandon_if_stopped(where)
             with phase(where):
                 self._score_batch(prompts, scores, logged, num_samples_logged)
         metrics = {f"val/{src}/{name}": sum(v) / len(v) for src, d in scores.items() for name, v in d.items()}
-        t.hooks.tracker.log_samples(step, logged)
+        self.log_samples(step, logged)
         return metrics
 
     def _score_batch(self, prompts: Batch, scores, logged: list, num_samples_logged: int) -> None:
         """Greedy (and with data.val_n > 1 sampled) answers to one batch of prompts, into `scores`."""
-        t = self.trainer
-        n = t.config.data.val_n
-        greedy = t.rollout.generate(prompts, self._sampling(True, 1))
-        g_scores, _ = t.reward.score(greedy)
+        n = self.config.data.val_n
+        greedy = self.engine.generate(prompts, self._sampling(True, 1))
+        g_scores, _ = self.reward.score(greedy)
         for i, src in enumerate(greedy.data_source):
             for key in (src, "all"):
                 scores[key]["mean@1"].append(float(g_scores[i]))
@@ -87,9 +92,9 @@ class Validator:
             logged += [{"prompt": greedy.prompt_text[i], "response": greedy.response_text[i],
                         "ground_truth": greedy.ground_truth[i], "reward": float(g_scores[i]), "kind": "val"}
                        for i in range(min(len(greedy), num_samples_logged - len(logged)))]
-        if n > 1 or t.config.data.val_do_sample:
-            sampled = t.rollout.generate(prompts, self._sampling(False, n))
-            s_scores, _ = t.reward.score(sampled)
+        if n > 1 or self.config.data.val_do_sample:
+            sampled = self.engine.generate(prompts, self._sampling(False, n))
+            s_scores, _ = self.reward.score(sampled)
             per_prompt = s_scores.view(-1, n)
             tag = "" if n > 1 else "_sampled"  # mean@1 is the greedy answer's
             for j, src in enumerate(prompts.data_source):
@@ -100,13 +105,13 @@ class Validator:
     @torch.no_grad()
     def baseline_answer(self) -> str | None:
         """Greedy answer to `data.baseline_prompt` (the seed's fixed before/after comparison)."""
-        t = self.trainer
-        prompt = t.config.data.baseline_prompt
+        data = self.config.data
+        prompt = data.baseline_prompt
         if not prompt:
             return None
-        text = render_prompt(prompt, t.tokenizer, t.config.data, t.tool_schemas)
-        ids = t.tokenizer(text, add_special_tokens=not uses_chat_template(t.tokenizer, t.config.data))["input_ids"]
+        text = render_prompt(prompt, self.tokenizer, data, self.tool_schemas)
+        ids = self.tokenizer(text, add_special_tokens=not uses_chat_template(self.tokenizer, data))["input_ids"]
         batch = Batch(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                       prompt_text=[text], group_id=[0])
-        out = t.rollout.generate(batch, self._sampling(True, 1))
+        out = self.engine.generate(batch, self._sampling(True, 1))
         return out.response_text[0]
