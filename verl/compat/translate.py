@@ -34,14 +34,6 @@ from verl.compat.real_verl import (ARR, MANUAL, NO_DEFAULT, REAL_SECTIONS, TABLE
 from verl.config import Config
 from verl.errors import ConfigError
 
-# real verl's default_compute_score by data_source -> our reward_fn keys (real's gsm8k scorer is strict:
-# only "#### n" counts; wrong or missing answers score 0)
-DEFAULT_REWARDS = {
-    "openai/gsm8k": {"reward_fn.type": "gsm8k", "reward_fn.strict": True, "reward_fn.format_score": 0.0},
-    "lighteval/MATH": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
-    "DigitalLearningGmbH/MATH-lighteval": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
-    "HuggingFaceH4/MATH-500": {"reward_fn.type": "math", "reward_fn.format_score": 0.0},
-}
 # Our sections that real verl's config also has: a key there is read as real verl's first.
 SHARED_SECTIONS = ("data", "algorithm", "critic")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -330,22 +322,26 @@ def _apply(ctx: Context, items: list, phase: int, notes: list) -> None:
 def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
     """Real verl scores each row by its data_source (default_compute_score): one source's scorer,
     or `by_data_source` (verl.rewards.by_data_source) routing each row when the rows mix sources."""
-    from verl.rewards.by_data_source import DEFAULT_SCORERS
+    from verl.rewards.by_data_source import KNOWN, scorer_for
 
     sources: dict[str, str] = {}  # data_source -> the first row naming it
     for row in list(ctx.train_rows()) + list(val_rows):
-        if row.data_source not in DEFAULT_SCORERS:
+        if scorer_for(row.data_source) is None:
             raise ConfigError(f"data_source '{row.data_source}' ({row.origin}): real verl's default reward for it is "
-                              f"not built in here (built in: {', '.join(DEFAULT_SCORERS)}); give "
-                              f"custom_reward_function.path=FILE.py (its compute_score) or reward_fn.type "
-                              f"(docs/rewards.md)")
+                              f"not built in here (built in: {KNOWN}); give custom_reward_function.path=FILE.py "
+                              f"(its compute_score) or reward_fn.type (docs/rewards.md)")
         sources.setdefault(row.data_source, row.origin)
-    rewards = {src: DEFAULT_REWARDS[src] for src in sources}
+    rewards = {}  # data_source -> our reward_fn keys (real verl's scorers: format_score 0)
+    for src in sources:
+        reward_type, settings = scorer_for(src)
+        rewards[src] = {"reward_fn.type": reward_type, **{f"reward_fn.{k}": v for k, v in settings.items()},
+                        "reward_fn.format_score": 0.0}
     if len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1:
         choice = next(iter(rewards.values()))
-        detail = ", strict '#### n'" if choice.get("reward_fn.strict") else ""
-        notes.append(f"reward: {choice['reward_fn.type']} (format_score 0{detail}) for data_source "
-                     f"{', '.join(sources)}, as real verl's default_compute_score")
+        detail = {"gsm8k": "format_score 0, strict '#### n'", "math": "format_score 0",
+                  "math_dapo": "1 right, -1 wrong"}[choice["reward_fn.type"]]
+        notes.append(f"reward: {choice['reward_fn.type']} ({detail}) for data_source {', '.join(sources)}, as real "
+                     f"verl's default_compute_score")
         return choice
     notes.append(f"reward: by_data_source, each row by its data_source ({', '.join(sources)}), as real verl's "
                  f"default_compute_score; reward/<data_source>/mean per source")

@@ -13,7 +13,7 @@ from verl.errors import ConfigError
 class RewardFnConfig(Section):
     SECTION = "reward_fn"
     # string_match | keyword | length_penalty | python | gsm8k | math | number | format |
-    # by_data_source | huggingface_rm | api | combined
+    # math_dapo | by_data_source | huggingface_rm | api | combined
     type: str = key("string_match", choices="verl.rewards.registry:REWARD_TYPES")
     weight: float = 1.0
     name: Optional[str] = None  # label used in metric names; defaults to type

@@ -23,6 +23,7 @@ _BUILDERS = {
     "math": "verl.rewards.verifiable:build_math",
     "number": "verl.rewards.verifiable:build_number",
     "format": "verl.rewards.verifiable:build_format",
+    "math_dapo": "verl.rewards.math_dapo:build_math_dapo",
     "by_data_source": "verl.rewards.by_data_source:build_by_data_source",
     "huggingface_rm": "verl.rewards.hf_rm:build_huggingface_rm",
     "api": "verl.rewards.api:build_api",

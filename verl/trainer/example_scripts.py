@@ -6,8 +6,8 @@
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
 they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
-folder), the data (two-row parquet files in real verl's GSM8K layout, MATH layout for its math
-files), the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 and
+folder), the data (two-row parquet files in real verl's GSM8K layout; MATH, DAPO-Math and AIME
+layouts for files of those names), the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 and
 responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
 scratch folder, and files inside real verl's tree that a script reads (a custom reward file) are
@@ -89,14 +89,21 @@ def load(path: str = DATA) -> Examples:
 
 
 def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
-    """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py)
-    or math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers)."""
+    """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py),
+    math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers), dapo (DAPO-Math-17k:
+    data_source math_dapo, 'Answer:' answers) or aime (the same, data_source aime_2024)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = []
     for i in range(start, start + n):
-        if kind == "math":
+        if kind in ("dapo", "aime"):
+            content = f"What is {i} + 4? Put the final answer after 'Answer:'."
+            rows.append({"data_source": "math_dapo" if kind == "dapo" else "aime_2024", "ability": "MATH",
+                         "prompt": [{"role": "user", "content": content}],
+                         "reward_model": {"style": "rule-lighteval/MATH_v2", "ground_truth": str(i + 4)},
+                         "extra_info": {"index": i}})
+        elif kind == "math":
             content = f"What is {i} + 3? Let's think step by step and output the final answer within \\boxed{{}}."
             rows.append({"data_source": "DigitalLearningGmbH/MATH-lighteval", "ability": "math",
                          "prompt": [{"role": "user", "content": content}],
@@ -132,7 +139,9 @@ def _data_value(raw: str, split: str, work: str) -> str:
     files = value if isinstance(value, list) else [value]
     out = []
     for i, f in enumerate(files):
-        kind = "math" if "math" in str(f).lower() and "gsm8k" not in str(f).lower() else "gsm8k"
+        name = str(f).lower()
+        kind = ("aime" if "aime" in name else "dapo" if "dapo" in name else
+                "math" if "math" in name and "gsm8k" not in name else "gsm8k")
         path = os.path.join(work, f"{split}_{i}_{kind}.parquet")
         if not os.path.exists(path):
             write_rows(path, kind, start=100 if split == "val" else 0)
