@@ -115,4 +115,5 @@ def test_micro_batching_splits_like_make_micro_batches_and_halves():
     assert MicroBatching(4, 14, packed=True).halved() == MicroBatching(4, 7, packed=True)  # the budget halves
     assert MicroBatching(1).halved() == MicroBatching(1)  # nothing left to shrink: no retry
     assert MicroBatching.from_training(type("T", (), dict(micro_batch_size=3, max_tokens_per_micro_batch=None,
-                                                          use_packed_samples=True))) == MicroBatching(3, None, True)
+                                                          use_packed_samples=True, packed_by_default=False))) \
+        == MicroBatching(3, None, True)

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any, Optional
 
-from verl.config.keys import section_path
+from verl.config.keys import is_key, section_path
 from verl.config.paths import resolve_relative_paths
 from verl.config.reward_fn import RewardFnConfig
 from verl.config.root import Config
@@ -89,7 +89,7 @@ def build_section(cls, data: dict, path: str = ""):
     """Build dataclass `cls` from `data`, rejecting unknown keys with a suggestion."""
     if data is None:
         data = {}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if is_key(f)}
     kwargs = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)

@@ -54,6 +54,18 @@ def key(default: Any = None, *, factory=None, choices=None, ge=None, gt=None, un
     return dataclasses.field(default=default, metadata=meta)
 
 
+def derived(default: Any):
+    """A field verl fills while the config is finished (verl/config/auto.py: what `auto` chose), not a
+    key: a file or an override cannot set it, and Config.to_dict() (the saved and logged config) leaves
+    it out."""
+    return dataclasses.field(default=default, metadata={"derived": True})
+
+
+def is_key(f: dataclasses.Field) -> bool:
+    """Whether dataclass field `f` is a config key (not a derived field)."""
+    return not f.metadata.get("derived", False)
+
+
 def resolve_choices(choices) -> tuple:
     """A choices declaration as a tuple of allowed values ("module:ATTR" is imported; a dict gives its keys)."""
     if isinstance(choices, str):
@@ -142,7 +154,7 @@ def resume_safe_keys(cls, prefix: str = "") -> list[str]:
     import typing
 
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in filter(is_key, dataclasses.fields(cls)):
         tp = hints[f.name]
         if isinstance(tp, type) and issubclass(tp, Section):
             out += resume_safe_keys(tp, f"{prefix}{f.name}.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from verl.config.keys import Section, key
+from verl.config.keys import Section, derived, key
 from verl.errors import ConfigError
 
 
@@ -32,6 +32,7 @@ class ModelConfig(Section):
     # engine's dtype. auto: bfloat16 on a CUDA device that supports it (what real verl and TRL compute
     # in), float32 elsewhere (the CPU, where bf16 matmuls are slower and rounding hurts tiny models).
     dtype: str = key("auto", choices="verl.models.loading:DTYPE_CHOICES")
+    dtype_note: str = derived("")  # what dtype auto chose, on a GPU (logged; verl/config/auto.py)
     use_flash_attention: bool = key(False, resume_safe=True)  # flash_attention_2 when installed, else an error
     # auto | sdpa | eager | flash_attention_2. auto: PyTorch SDPA, except eager attention for
     # bfloat16/float16 on the CPU, where SDPA's flash backward is ~2.5x slower than eager's matmuls
@@ -41,7 +42,7 @@ class ModelConfig(Section):
     # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
     # activations; the first steps pay the compile time). Generation stays eager. None = auto:
     # on for full fine-tuning by the single-process actor on a CUDA device; off for LoRA, on the
-    # CPU and under Ray (verl.config.root._resolve_update_speedups).
+    # CPU and under Ray (verl.config.auto._resolve_update_speedups).
     torch_compile: Optional[bool] = key(None, resume_safe=True)
     # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
     # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward

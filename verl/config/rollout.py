@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from verl.config.keys import Section, at_most, key
+from verl.config.keys import Section, at_most, derived, key
 from verl.errors import ConfigError
 
 # Upper bounds for values that cannot fit a machine, refused before anything is built (a batch
@@ -44,6 +44,7 @@ class RolloutConfig(Section):
     SECTION = "rollout"
     # auto: vllm on a CUDA device when vLLM is installed (the log says so), else hf
     name: str = key("auto", choices="verl.rollout.registry:ENGINE_CHOICES", resume_safe=True)
+    auto_note: str = derived("")  # which engine auto chose, on a GPU (logged; verl/config/auto.py)
     n: Optional[int] = key(None, ge=1)  # samples per prompt; None -> 1, or 4 for group estimators
     batch_size: Optional[int] = key(None, ge=1, resume_safe=True)  # sequences per engine call (None = all)
     max_new_tokens: int = key(32, ge=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from verl.config.keys import Section, key
+from verl.config.keys import Section, derived, key
 
 
 @dataclass
@@ -21,6 +21,7 @@ class TrainingConfig(Section):
     # single-process backend), padded on the CPU and under Ray; a model that cannot be packed then
     # runs padded, with one log line. true asks for packing and fails when the model cannot.
     use_packed_samples: Optional[bool] = key(None, resume_safe=True)
+    packed_by_default: bool = derived(False)  # packing chosen by auto, not asked for (verl/config/auto.py)
     grad_clip: float = key(1.0, ge=0)
     lr: float = key(1e-5, gt=0)
     critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr
@@ -38,6 +39,7 @@ class TrainingConfig(Section):
     # (the token budget of verl.workers.memory_budget counts them). None = auto: on for the
     # single-process actor on a CUDA device, off on the CPU and under Ray.
     logprob_keep_logits: Optional[bool] = key(None, resume_safe=True)
+    auto_note: str = derived("")  # what auto chose for the update's speed switches, on a GPU (logged)
     # One optimizer step per batch (num_epochs 1, one mini-batch, no KL in the reward): pi_old is the
     # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
     old_log_probs_from_update: bool = True

@@ -65,10 +65,8 @@ class RunHooks:
         self.started = False
         self._step_start_data = None  # the prompt loader's state when the step in progress began
         self._restore()
-        for note in (getattr(cfg.model, "dtype_note", ""), getattr(cfg.rollout, "auto_note", ""),
-                     getattr(cfg.training, "auto_note", "")):
-            if note:  # what model.dtype, rollout.name and the update's speed switches on auto chose, on a GPU
-                self._say(note)
+        for note in cfg.auto_notes():  # what model.dtype, rollout.name and the update's speed switches chose
+            self._say(note)
         if self._full_path:
             note_checkpoint(self._full_path)  # a forced stop names it as the last completed checkpoint
 

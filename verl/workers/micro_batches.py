@@ -35,7 +35,7 @@ class MicroBatching:
     def from_training(cls, training_cfg) -> "MicroBatching":
         t = training_cfg
         return cls(t.micro_batch_size, t.max_tokens_per_micro_batch, bool(t.use_packed_samples),
-                   bool(getattr(t, "packed_by_default", False)))
+                   t.packed_by_default)
 
     def with_packing(self, trunk: torch.nn.Module, role: str) -> tuple[Optional[str], "MicroBatching"]:
         """(packing method or None, the micro-batching `role` runs) for the model `trunk`:

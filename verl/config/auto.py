@@ -1,0 +1,115 @@
+"""The values a finished config derives: keys left on `auto` (what the platform offers decides them) and
+keys derived from others (rollout.n, the mini-batch size, save_dir, ...). Filled in place, into declared
+fields only; the lines saying what auto chose go into the declared note fields (model.dtype_note,
+rollout.auto_note, training.auto_note; logged once the run starts) and are returned.
+
+    notes = resolve_auto(config, probe_platform(config))    # verl/config/root.py probes the platform
+
+The checks that read the filled values are verl/config/checks.py's; this module raises nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the machine offers the config's device (probed once, by root.probe_platform)."""
+
+    gpu: bool  # the config's device is a CUDA device (device: auto with one here, or cuda / cuda:N)
+    bf16: bool  # that GPU computes in bfloat16 (Ampere or newer)
+    vllm: bool  # vLLM is installed (asked on a GPU only: the CPU never picks it)
+    sglang: bool  # SGLang is installed
+
+
+def resolve_auto(cfg, platform: Platform) -> list[str]:
+    """Fill cfg's auto and derived values for `platform`; the notes of what auto chose (a GPU's only: on
+    the CPU the defaults are silent), in the order the run logs them."""
+    from verl.algorithms.advantages import ESTIMATORS
+
+    m, r, t, d, ck = cfg.model, cfg.rollout, cfg.training, cfg.data, cfg.checkpoint
+    if m.dtype == "auto":
+        m.dtype, m.dtype_note = _default_dtype(platform)
+    t.auto_note = _resolve_update_speedups(cfg, platform)
+    if r.name == "auto":
+        r.name, r.auto_note = _default_engine(cfg, platform)
+    if t.use_packed_samples is None:  # auto (verl.config.training): packed on a GPU, padded elsewhere
+        t.use_packed_samples = t.packed_by_default = platform.gpu and cfg.distributed.backend != "ray"
+    # Samples per prompt: group estimators compare a prompt's samples.
+    if r.n is None:
+        r.n = 4 if ESTIMATORS[cfg.algorithm.adv_estimator].compares_group else 1
+    if r.seed is None:
+        r.seed = cfg.seed
+    if r.max_model_len is None:
+        r.max_model_len = d.max_prompt_length + r.response_budget
+    if t.critic_lr is None:
+        t.critic_lr = 10 * t.lr
+    if t.mini_batch_size is None:  # one optimizer step per batch: prompts x samples sequences
+        t.mini_batch_size = t.batch_size * r.n
+    if ck.save_dir is None:
+        ck.save_dir = _default_output_dir(cfg)
+    return cfg.auto_notes()
+
+
+def _default_output_dir(cfg) -> str:
+    name = cfg.model.name.rstrip("/")
+    if name.startswith("tiny:"):
+        name = "tiny-" + name[len("tiny:"):]
+    return os.path.join("outputs", f"{os.path.basename(name)}-{cfg.algorithm.name}")
+
+
+def _default_engine(cfg, platform: Platform) -> tuple[str, str]:
+    """rollout.name: auto -> (engine, the line the trainer logs): vLLM on a CUDA device when it is
+    installed and no Hugging Face-only rollout key is set, else the Hugging Face backend."""
+    if not platform.gpu:
+        return "hf", ""
+    if cfg.rollout.uses_hf_only_keys:
+        return "hf", "rollout.name: auto -> hf (Hugging Face-only rollout keys are set)"
+    if not platform.vllm:
+        return "hf", "rollout.name: auto -> hf on the GPU: vLLM is not installed (pip install 'verl[vllm]')"
+    return "vllm", "rollout.name: auto -> vllm (a CUDA device and vLLM are here; rollout.name: hf to choose HF)"
+
+
+def _default_dtype(platform: Platform) -> tuple[str, str]:
+    """model.dtype: auto -> (dtype, the line the trainer logs): bfloat16 autocast over float32 master
+    weights on a CUDA device with bf16 support (real verl's and TRL's default compute), float32 on the
+    CPU (bf16 matmuls are slower there, and its rounding hurts the tiny models CPU runs use)."""
+    if not platform.gpu:
+        return "float32", ""
+    if platform.bf16:
+        return "bfloat16", ("model.dtype: auto -> bfloat16 on the GPU (autocast over float32 master weights; "
+                            "model.dtype: float32 to compute in float32)")
+    return "float32", "model.dtype: auto -> float32 (no bfloat16 support on this GPU)"
+
+
+def _resolve_update_speedups(cfg, platform: Platform) -> str:
+    """The update's speed switches left on auto -- model.torch_compile, model.mixed_precision and
+    training.logprob_keep_logits -- on for the single-process actor on a CUDA device, off on the CPU
+    (tiny models, where compiling costs more than it saves) and under Ray (the sharded workers
+    compute in model.dtype already and refuse torch_compile). torch_compile also needs full
+    fine-tuning (compiling peft's LoRA layers is untested on the GPU); mixed_precision: param_copy
+    needs full fine-tuning in bfloat16/float16 and no training.offload_optimizer (its copy, 2 bytes a
+    parameter, would stay through the optimizer step that offloading makes room for). On the H200,
+    Qwen2.5-1.5B architecture, 32 prompts x 8 x 512 tokens, they took the update from 4.73 to 2.72 s
+    a step (benchmarks/results/h200, e2e_b_tuned_all, docs/performance.md). Returns the line the trainer
+    logs of what auto chose ('' on the CPU, or when nothing was on auto)."""
+    m, t = cfg.model, cfg.training
+    single_gpu = platform.gpu and cfg.distributed.backend != "ray"
+    chosen = []
+    if m.torch_compile is None:  # LoRA: peft's adapter layers inside the compiled layers are not measured yet
+        m.torch_compile = single_gpu and m.lora.rank == 0
+        chosen.append(f"model.torch_compile: {str(m.torch_compile).lower()}")
+    if m.mixed_precision == "auto":
+        copy = (single_gpu and m.lora.rank == 0 and m.dtype in ("bfloat16", "float16")
+                and not t.offload_optimizer)
+        m.mixed_precision = "param_copy" if copy else "autocast"
+        chosen.append(f"model.mixed_precision: {m.mixed_precision}")
+    if t.logprob_keep_logits is None:
+        t.logprob_keep_logits = single_gpu
+        chosen.append(f"training.logprob_keep_logits: {str(t.logprob_keep_logits).lower()}")
+    if single_gpu and chosen:
+        return (f"auto on the GPU -> {', '.join(chosen)} (the update's speed switches; set them "
+                "to false / autocast for the plain path)")
+    return ""
