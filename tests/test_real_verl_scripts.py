@@ -256,6 +256,7 @@ actor_rollout_ref:
 data: {train_files: ~/data/rlhf/gsm8k/train.parquet, train_batch_size: 1024, max_prompt_length: 512,
        max_response_length: 512}
 critic:
+  model: {path: ~/models/deepseek-llm-7b-chat}
   ppo_mini_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}
   optim: {lr: 1.0e-05}
   fsdp: {param_offload: false}
@@ -266,7 +267,8 @@ reward:
 algorithm: {adv_estimator: gae, gamma: 1.0, lam: 1.0, kl_ctrl: {kl_coef: 0.001}}
 distillation: {enabled: false}
 transfer_queue: {enable: false}
-trainer: {total_epochs: 30, n_gpus_per_node: 8, nnodes: 1, logger: [console, wandb], project_name: verl_examples}
+trainer: {total_epochs: 30, n_gpus_per_node: 8, nnodes: 1, logger: [console, wandb], project_name: verl_examples,
+          device: cuda}
 """
 
 
@@ -278,9 +280,12 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
     train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=4)
     tr = translate([f"--config-path={tmp_path}/cfg", "--config-name=my_grpo", f"data.train_files={train}",
                     "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
-                    "actor_rollout_ref.actor.ppo_mini_batch_size=1", "trainer.n_gpus_per_node=1",
-                    "trainer.logger=['console']", "trainer.total_epochs=2"])
+                    "actor_rollout_ref.actor.ppo_mini_batch_size=1", "trainer.total_epochs=2"])
     cfg = load_translated(tr)
+    # the file's values that are real verl's defaults where the table deliberately differs count as not given:
+    # one device (not n_gpus_per_node 8), the actor's model for the critic, the console logger, device auto
+    assert (cfg.distributed.backend, cfg.critic.name, cfg.device) == ("none", None, "auto")
+    assert cfg.logging.backends == ["console", "jsonl"]
     # from the files: grpo and n=4 (my_grpo), packing via ${oc.select:...} and the bucket size (ppo_trainer)
     assert (cfg.algorithm.adv_estimator, cfg.rollout.n, cfg.training.use_packed_samples) == ("grpo", 4, True)
     assert cfg.distributed.weight_bucket_mb == 2048

@@ -117,10 +117,13 @@ def _paths(value, key: str) -> list:
 
 
 def to(target: str, kind: Optional[Callable] = None, **extra) -> dict:
-    """One real key -> one of ours; `kind` checks/converts the value (as_int, as_float, ...)."""
+    """One real key -> one of ours; `kind` checks/converts the value (as_int, as_float, ...). null sets
+    nothing (our default holds), as an unset key in real verl."""
 
     def convert(value, ctx, key):
-        return {target: value if kind is None or value is None else kind(value, key)}
+        if value is None:
+            return {}
+        return {target: value if kind is None else kind(value, key)}
 
     return dict(convert=convert, target=target, identity=target if kind is None or kind in (as_int, as_float, as_bool)
                 else None, **extra)
@@ -804,7 +807,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("trainer.nnodes", custom(_placement, "distributed.nnodes", note="more than one device: distributed.backend=ray")),
     ("trainer.n_gpus_per_node", custom(_placement, "distributed.devices_per_node", real_default=8,
                                        note="not given: 1 (one process) here")),
-    ("trainer.device", custom(_device, "device", note="cuda | cpu")),
+    ("trainer.device", custom(_device, "device", real_default="cuda", note="cuda | cpu; not given: auto here (the GPU "
+                                                                        "when there is one)")),
     ("trainer.save_freq", custom(_save_freq, "checkpoint.save_full_every (+ save_mode=full)", default=-1,
                                  note="resumable checkpoints; -1 = none")),
     ("trainer.resume_mode", custom(_resume_mode, "checkpoint.resume", default="auto",

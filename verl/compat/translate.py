@@ -388,6 +388,15 @@ def _at_default(key: str, value: Any, where: str = "") -> bool:
                       f"its default {default} (no effect) is accepted (see {MANUAL})")
 
 
+def _is_real_default(key: str, value: Any) -> bool:
+    """The value is real verl's default for a table row whose default here differs from it."""
+    entry = TABLE.get(key)
+    if entry is None or entry.real_default is NO_DEFAULT:
+        return False
+    expand = (lambda v: os.path.expanduser(v) if isinstance(v, str) else v)
+    return same_value(expand(value), expand(entry.real_default))
+
+
 def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list],
               at_default: list, where: str = "") -> None:
     """Sort (key, value) pairs into real keys of the table (`given`), keys under a group row
@@ -432,10 +441,13 @@ def translate(argv: list[str]) -> Translation:
     in_file: dict[str, Any] = {}  # the config file's keys of the table, under the command line's
     file_matched: list = []
     unknown: list[str] = []
-    # a file's null is "not set" (real verl's generated config writes null for every unset key)
+    # a file's null is "not set" (real verl's generated config writes null for every unset key), and so is a
+    # value equal to real verl's default where the table deliberately uses another (one device, the actor's
+    # model for the critic, ...): a config file holding real verl's defaults trains as the command line would
     file_defaults: list = []
-    _classify([(k, v) for k, v in file_values.items() if k not in given and v is not None], in_file, None,
-              file_matched, unknown, file_defaults, f" (in {file_where})")
+    _classify([(k, v) for k, v in file_values.items() if k not in given and v is not None
+               and not _is_real_default(k, v)], in_file, None, file_matched, unknown, file_defaults,
+              f" (in {file_where})")
     file_matched = [m for m in file_matched if not m[1].ignored and m[0] not in {k for k, _, _ in matched}]
 
     values = {k: e.default for k, e in TABLE.items() if e.default is not NO_DEFAULT}
