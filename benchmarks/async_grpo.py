@@ -202,7 +202,7 @@ def run_system(args, system: str) -> dict:
                  "budget_tokens": getattr(getattr(actor, "budget", None), "tokens", None) or actor.micro.max_tokens}
     finally:
         busy.close()
-        trainer.hooks.close()
+        trainer.lifecycle.close()
     # Totals over the timed steps, not medians: an asynchronous run's steps are uneven (a batch already
     # waiting is handed over at once, the next one not), and only the total says what a run gets done.
     step_s = sum(seconds) / len(seconds)

@@ -47,7 +47,7 @@ def _close(trainer) -> None:
     """One Ray trainer at a time (its placement group is named): stop its workers before the next."""
     from verl.distributed import shutdown_all
 
-    trainer.hooks.close()
+    trainer.lifecycle.close()
     shutdown_all()
 
 

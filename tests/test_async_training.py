@@ -28,7 +28,7 @@ def _run(tmp_path, name, steps=3, **extra):
         metrics.append(m)
         versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer._last_batch.extra]))
     params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
-    trainer.hooks.close()
+    trainer.lifecycle.close()
     return metrics, params, versions
 
 
@@ -119,7 +119,7 @@ def test_a_failing_rollout_stops_the_run_with_its_error(tmp_path, tiny_gpt2):
     trainer.step()
     with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
         trainer.step()
-    trainer.hooks.close()
+    trainer.lifecycle.close()
 
 
 def test_a_hung_rollout_times_out(tmp_path, tiny_gpt2):
@@ -169,7 +169,7 @@ def _run_recording(tmp_path, name, steps, **extra):
                          "longest": int(b.response_mask.sum(dim=1).max())})
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
     finally:
-        trainer.hooks.close()
+        trainer.lifecycle.close()
     return rows, params
 
 
@@ -237,7 +237,7 @@ def test_streaming_resume_trains_the_prompts_not_yet_trained(tmp_path, tiny_qwen
             trainer.step()
             resumed.append(trainer._last_batch.prompt_text)
     finally:
-        trainer.hooks.close()
+        trainer.lifecycle.close()
     assert resumed == [whole[2]["prompts"], whole[3]["prompts"]]
 
 
@@ -273,7 +273,7 @@ def test_a_failing_streaming_rollout_stops_the_run_with_its_error(tmp_path, tiny
         with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
             trainer.step()
     finally:
-        trainer.hooks.close()
+        trainer.lifecycle.close()
 
 
 @pytest.mark.parametrize("extra, message", [

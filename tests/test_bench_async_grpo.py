@@ -43,7 +43,7 @@ def test_imposed_lengths_are_what_the_engine_generates(tmp_path, tiny_qwen2):
                                                                       b.attention_mask[:, :b.prompt_length])]
         assert got == [float(async_grpo.drawn_length(p, 6)) for p in prompt_ids]
     finally:
-        trainer.hooks.close()
+        trainer.lifecycle.close()
 
 
 def test_profile_and_console_land_beside_the_results(tmp_path):

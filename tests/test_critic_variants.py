@@ -100,7 +100,7 @@ def _shared_trainer(tmp_path, tag="shared", **extra):
 
 def _experience(trainer):
     """One step's batch up to the advantages, as Trainer.step builds it."""
-    from verl.trainer.experience import add_advantages
+    from verl.trainer.advantage_math import add_advantages
 
     batch, _ = trainer.rollout_stage.run(trainer.train_data.next_batch(), trainer.global_step)
     batch.old_log_probs, _ = trainer.actor.compute_log_probs(batch)

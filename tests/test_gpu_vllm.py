@@ -480,7 +480,7 @@ import torch
 stream = trainer.experience.engine_cuda_stream
 rows[0]["producer_stream_priority"] = None if stream is None else stream.priority
 rows[0]["greatest_priority"] = torch.cuda.Stream.priority_range()[1] if device == "cuda" else None
-trainer.hooks.close()
+trainer.lifecycle.close()
 print("ROWS " + json.dumps(rows))
 """
 

@@ -150,7 +150,7 @@ def test_partial_rollouts_in_async_training_switch_versions_within_the_bound(tmp
             seen.append(len(switches))
         for key in ("pg_loss", "actor/grad_norm", "actor/is_ratio_mean"):
             assert torch.isfinite(torch.tensor(float(m[key]))), key
-    trainer.hooks.close()
+    trainer.lifecycle.close()
     assert seen  # whether an update landed mid-generation depends on timing: the invariants hold either way
 
 
@@ -164,7 +164,7 @@ def test_partial_rollouts_change_nothing_at_staleness_zero(tmp_path, tiny_gpt2):
         trainer = create_trainer(cfg)
         metrics = [trainer.step() for _ in range(2)]
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
-        trainer.hooks.close()
+        trainer.lifecycle.close()
         return metrics, params
 
     plain_m, plain_p = run("plain")

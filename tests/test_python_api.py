@@ -131,7 +131,7 @@ def test_create_trainer_list_of_dicts_and_reloaded_config_scores_the_same(tmp_pa
     assert metrics["reward/token_count"] == metrics["reward/token_count_2"] == pytest.approx(_mean(tokens), rel=1e-12)
     assert metrics["reward/answer_value"] == pytest.approx(_mean([float(g) for g in b.ground_truth]), rel=1e-12)
     assert "reward/format" in metrics
-    trainer.hooks.tracker.close()
+    trainer.lifecycle.tracker.close()
 
     saved = load_config(str(tmp_path / "run" / "config.yaml"))
     # The same rows as the Dataset of the test above: the same content digest

@@ -6,11 +6,11 @@
 First signal: `stop_requested()` becomes the signal's name, one line says what happens next, and
 a watchdog starts. The run stops at the first safe point it reaches:
 
-  * after a step (RunHooks.after_step): that step's full state is saved, then `StopTraining`;
+  * after a step (RunLifecycle.after_step): that step's full state is saved, then `StopTraining`;
   * in a wait that can be abandoned, which raises `Interrupted`: validation, between its batches
     (at once: it has nothing to save); a reward call still running grace_s / 2 after the signal
     (a slow or hung function); the start of a model load. A step abandoned in its reward call has
-    not updated anything yet: RunHooks saves the state of the last completed step (nothing before
+    not updated anything yet: RunLifecycle saves the state of the last completed step (nothing before
     step 1) and raises `StopTraining`.
 
 The CLI prints StopTraining's message and exits 0.

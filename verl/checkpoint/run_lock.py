@@ -1,7 +1,7 @@
 """One run per folder: `save_dir/.verl.lock`, held with `fcntl.flock` for the life of the run.
 
     lock = hold_run_folder(save_dir)         # ConfigError (exit 2) when another process holds it
-    lock.adopt(owner)                        # the run (RunHooks) that will release it
+    lock.adopt(owner)                        # the run (RunLifecycle) that will release it
     lock.release(owner)                      # at the run's end; the OS releases it on any exit
 
 The lock is the kernel's, on an open file: when the process ends in any way (exit, exception,
@@ -70,7 +70,7 @@ class RunLock:
         return self._owner() if self._owner is not None else None
 
     def adopt(self, owner, say: Callable[[str], None] = print) -> None:
-        """`owner` (a RunHooks) is now the run that holds the folder and releases it."""
+        """`owner` (a RunLifecycle) is now the run that holds the folder and releases it."""
         previous = self.owner()
         if previous is not None and previous is not owner:
             say(f"note: {self.shown} was held by an earlier Trainer of this process that did not finish; "

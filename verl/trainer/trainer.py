@@ -6,7 +6,7 @@
 Each stage is a method timed by @stage; what only some algorithms do (ReMax's greedy
 rollout, DAPO's group filtering, truncation masking) is decided by AlgorithmHooks; where the
 roles run is the backend's business (verl/backends). Everything else (logging, health
-warnings, checkpoints, stops) happens around the step in RunHooks (hooks.py), so `step()`
+warnings, checkpoints, stops) happens around the step in RunLifecycle (lifecycle.py), so `step()`
 reads like the algorithm.
 """
 
@@ -31,7 +31,7 @@ from verl.rewards import build_reward_manager
 from verl.signals import Interrupted
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
-from verl.trainer.experience import add_advantages, policy_kl
+from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.experience_source import build_experience_source, run_engines
 from verl.trainer.inputs import attach_inputs
 from verl.trainer.rollout_stage import RolloutStage
@@ -54,7 +54,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
         # Where the run starts (checkpoint.resume), settled before any model loads so that a bad
-        # path or a changed config fails in a second; RunHooks restores the state at the end.
+        # path or a changed config fails in a second; RunLifecycle restores the state.
         self.resume_point = resume_point if resume_point is not None else resolve_resume(cfg)
         m = cfg.model
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
@@ -93,9 +93,9 @@ class Trainer:
         self.run_state = RunState(self.actor, self.critic, self.rollout, self.experience.data, self.kl_ctrl,
                                   self.counters, self.tokenizer, cfg)
         self.output_dir = cfg.checkpoint.save_dir
-        from verl.trainer.hooks import RunHooks
+        from verl.trainer.lifecycle import RunLifecycle
 
-        self.hooks = RunHooks(self, self.resume_point)  # logging, checkpoints, and the restore of resume_point
+        self.lifecycle = RunLifecycle(self, self.resume_point)  # logging, checkpoints, the restore of resume_point
 
     @property
     def global_step(self) -> int:
@@ -104,7 +104,7 @@ class Trainer:
     # ------------------------------------------------------------------ the step
     def step(self) -> dict:
         """One iteration of the algorithm; returns metrics (seed's short keys + canonical names)."""
-        self.hooks.before_step()
+        self.lifecycle.before_step()
         self.timer.reset()
         self._seed_step()
         experience = self.experience.next()                               # 1-2. sample, score (now or ahead)
@@ -119,17 +119,17 @@ class Trainer:
         self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
         self.counters.global_step += 1
         self._last_batch = batch
-        return self.hooks.after_step(self._summarize(experience))
+        return self.lifecycle.after_step(self._summarize(experience))
 
     def train(self) -> dict:
         """Run the remaining steps to `training.total_steps` with a progress bar."""
         metrics = {}
-        self.hooks.before_training()
-        while self.global_step < self.config.training.total_steps and not self.hooks.finished:
+        self.lifecycle.before_training()
+        while self.global_step < self.config.training.total_steps and not self.lifecycle.finished:
             try:
                 metrics = self.step()  # stops early when training.max_minutes is spent
             except Interrupted as exc:  # a stop request cut a wait short (verl/signals.py)
-                self.hooks.stop_mid_step(exc)  # saves the last completed step, raises StopTraining
+                self.lifecycle.stop_mid_step(exc)  # saves the last completed step, raises StopTraining
         return metrics
 
     # ----------------------------------------------------------------- stages

@@ -1,5 +1,6 @@
-"""What happens around a step: logging, system metrics, progress, checkpoints, final save,
-resume, the NaN/Inf guard and graceful stops.
+"""The run's lifecycle around the steps (RunLifecycle): the restore of where the run starts, the
+held run folder, logging, system metrics, progress, checkpoints, final save, the NaN/Inf guard and
+graceful stops.
 
 Kept apart from `Trainer.step()` so the step body is only the algorithm.
 
@@ -29,7 +30,7 @@ from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpo
                                   stop_requested)
 
 
-class RunHooks:
+class RunLifecycle:
     def __init__(self, trainer, resume_point):
         """resume_point: where the run starts (fresh, a checkpoint, already finished), settled before
         the logger opens metrics.jsonl, so that a resumed log continues without duplicated steps."""
