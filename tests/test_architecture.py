@@ -136,3 +136,71 @@ def test_config_error_raised_only_where_a_key_can_be_blamed_at_load_time():
             if rel.split(os.sep)[0] not in allowed and name not in allowed:
                 offenders.append(rel)
     assert not offenders, offenders
+
+
+def trainer_attribute_writes(tree) -> list[int]:
+    """Lines of `tree` that assign an attribute of a Trainer (`x.name = ...`, augmented, annotated or in a
+    tuple target, an item of it: `x.name[k] = ...`; `del x.name` too), where x is a name called `trainer`,
+    a name the module binds to `Trainer(...)` / `create_trainer(...)`, or an attribute called `trainer` /
+    `_trainer` (self.trainer). An attribute of one of its parts (`trainer.rollout.x = ...`) is that
+    part's, not the Trainer's."""
+    bound = {"trainer"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = node.value.func
+            name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+            if name in ("Trainer", "create_trainer"):
+                bound |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+
+    def is_trainer(value) -> bool:
+        return ((isinstance(value, ast.Name) and value.id in bound)
+                or (isinstance(value, ast.Attribute) and value.attr in ("trainer", "_trainer")))
+
+    def targets(node):
+        if isinstance(node, ast.Assign):
+            return node.targets
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            return [node.target]
+        if isinstance(node, ast.Delete):
+            return node.targets
+        return []
+
+    lines = []
+    for node in ast.walk(tree):
+        for target in targets(node):
+            for t in ast.walk(target):  # tuple targets: (trainer.a, b) = ...
+                if not isinstance(getattr(t, "ctx", None), (ast.Store, ast.Del)):
+                    continue
+                while isinstance(t, ast.Subscript):  # trainer.parts["rollout"] = ...: written into the attribute
+                    t = t.value
+                if isinstance(t, ast.Attribute) and is_trainer(t.value):
+                    lines.append(t.lineno)
+    return lines
+
+
+def test_the_trainer_write_finder_finds_writes():
+    def found(src):
+        return trainer_attribute_writes(ast.parse(src))
+
+    assert found("def f(trainer):\n    trainer.rollout = engine\n") == [2]
+    assert found("t = create_trainer(cfg)\nt._parts['rollout'] = m\nt.global_step += 1\n") == [2, 3]
+    assert found("x = verl.Trainer(cfg)\nx.rollout, y = a, b\n") == [2]
+    assert found("class S:\n    def f(self):\n        self.trainer.hooks = None\n        del self._trainer.x\n") == [3, 4]
+    # reading the Trainer, or writing an attribute of one of its parts, is not a write to the Trainer
+    assert found("def f(trainer):\n    engine = trainer.rollout\n    trainer.rollout.sync_weights = g\n") == []
+
+
+def test_only_the_trainer_package_writes_attributes_of_a_trainer():
+    """The Trainer's parts are handed what they act on (the experience sources a RolloutStage and the
+    engine lock, the Validator its engine and reward): no module outside verl/trainer sets an
+    attribute of a Trainer (as `trainer.rollout = ...` did from the experience sources)."""
+    offenders = []
+    for folder, _, files in os.walk(ROOT):
+        if os.path.relpath(folder, ROOT).split(os.sep)[0] == "trainer":
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                offenders += [f"{os.path.relpath(path, ROOT)}:{line}" for line in trainer_attribute_writes(tree)]
+    assert not offenders, "modules outside verl/trainer assign attributes of a Trainer: " + ", ".join(offenders)
