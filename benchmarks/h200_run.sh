@@ -55,6 +55,9 @@
 #   recipe-vllm the arithmetic recipe, synchronous, on vLLM for ASYNC_MINUTES (#19 item 7: its curve and accuracy)
 #   recipe-hf   the same recipe, synchronous, on the HF engine for ASYNC_MINUTES (#19 item 7: s/step and accuracy against
 #               recipe-vllm's, or async-recipe's vLLM sync run)
+#   algo-curves the arithmetic recipe on vLLM for ALGO_MINUTES (default 2) with each preset of ALGO_LIST (default grpo gspo
+#               cispo dapo), one after another, held-out accuracy curves on one plot (benchmarks/algorithm_curves.py; #42
+#               item 4); a later call with other ALGO_LIST adds to the same table and plot
 #   e2e-b-tuned verl-vllm alone on e2e-b's work with the opt-in update speedups (param_copy, kept logits, torch_compile):
 #               do they earn a place among the GPU defaults? (the isolated update: 34k -> 53k tokens/s with them).
 #               E2E_B_SET: other verl keys instead (E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10: the engine's
@@ -361,6 +364,11 @@ print(info)" ;;
                    stage "$s" $(minutes_s 90) $PY benchmarks/async_grpo.py --device cuda \
                    --recipe examples/arithmetic_grpo.yaml --engine $E --minutes ${ASYNC_MINUTES:-4} --systems sync \
                    --out "$W/recipe_$E.json" --keep "$W/recipe_$E" ;;
+        algo-curves) stage fetch 60 fetch_smollm2
+                   algos=(${ALGO_LIST:-grpo gspo cispo dapo})
+                   stage algo-curves $(( ${#algos[@]} * (${ALGO_MINUTES:-2} * 60 + 75) )) $PY benchmarks/algorithm_curves.py \
+                   --device cuda --engine vllm --minutes ${ALGO_MINUTES:-2} --algorithms "${algos[@]}" \
+                   --out "$W/algorithm_curves" ;;
         e2e-b-tuned) stage e2e-b-tuned 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch qwen2-1.5b \
                    --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 280 \
                    --verl-set ${E2E_B_SET:-model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true} \
