@@ -59,7 +59,7 @@ class AsyncExperience:
         into the engine); counters: the run's RunCounters (the step being trained); cfg: the async_training
         section; device: the trainer's (the producer's CUDA stream); seed: the run's (step_seed)."""
         self.stage, self.model, self.counters, self.device, self.seed = stage, model, counters, device, seed
-        self.engine = LockedEngine(stage.engine, lock)  # the producer's syncs and generations take the lock
+        self.engine = LockedEngine(stage.engine, lock, cfg.timeout_s)  # the producer's syncs and generations take the lock
         self.prompts = stage.prompts
         self.k, self.timeout_s = cfg.max_staleness, cfg.timeout_s
         self.priority = cfg.engine_priority  # the CUDA stream of the producer's engine work (engine_stream.py)

@@ -72,7 +72,7 @@ def run_engines(engine, async_cfg, lock) -> tuple:
         from verl.rollout.vllm_stream import VLLMStream
 
         engine = VLLMStream(engine)
-    return engine, LockedEngine(engine, lock)
+    return engine, LockedEngine(engine, lock, async_cfg.timeout_s)
 
 
 def build_experience_source(config, stage, lock, *, model, counters, sleep, device, tokenizer):

@@ -29,9 +29,9 @@ from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
 from verl.signals import Interrupted
+from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
-from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.experience_source import build_experience_source, run_engines
 from verl.trainer.inputs import attach_inputs
 from verl.trainer.rollout_stage import RolloutStage
