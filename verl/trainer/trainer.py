@@ -76,8 +76,8 @@ class Trainer:
         self.reward = roles.reward
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         # The asynchronous producer's generation and syncs, and this thread's validation, one at a time.
-        self.engine_lock = threading.RLock()
-        stage_engine, self.rollout = run_engines(roles.rollout, cfg.async_training, self.engine_lock)
+        engine_lock = threading.RLock()
+        stage_engine, self.rollout = run_engines(roles.rollout, cfg.async_training, engine_lock)
         self.timer = StageTimer(StageMemory(CudaCounters(self.device, unbacked=self.rollout.unbacked_bytes))
                                 if self.device.type == "cuda" else None)
         self.counters = RunCounters()
@@ -86,7 +86,7 @@ class Trainer:
             keeps_reward_parts=ESTIMATORS[cfg.algorithm.adv_estimator].reads_reward_parts)
         workers = [w for w in (self.actor, self.reference, self.critic) if w is not None]
         self.experience = build_experience_source(  # now, or a producer thread ahead (async_training)
-            cfg, self.rollout_stage, self.engine_lock, model=self.actor.model, counters=self.counters,
+            cfg, self.rollout_stage, engine_lock, model=self.actor.model, counters=self.counters,
             sleep=SleepPolicy.for_run(cfg, workers, stage_engine), device=self.device, tokenizer=self.tokenizer)
         self._parts: dict = {}  # the current step's metrics, by stage
         # What a full checkpoint holds, each part saving its own state (verl/checkpoint/full_state.py).
