@@ -288,7 +288,7 @@ print(info)" ;;
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
-                   --ignore=tests/test_distributed_ray.py --ignore=tests/test_models_fetch.py --ignore=tests/test_gpu_sglang.py \
+                   --ignore=tests/test_distributed_ray.py --ignore=tests/test_models_fetch.py --ignore=tests/test_gpu_sglang.py --ignore=tests/test_python_api.py \
                    --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here; gguf neither (models fetch: CPU tests)
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
                    --n 4 --max_new_tokens 256 --repeats 3 --skip_hf --sleep --out "$W/rollout_h200.json" ;;

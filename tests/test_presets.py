@@ -47,3 +47,22 @@ def test_critic_warmup_trains_only_the_critic_first(tmp_path, tiny_gpt2):
     m = trainer.step()
     assert "actor/pg_loss" in m
     assert not all(torch.equal(actor0[n], p) for n, p in trainer.actor.model.named_parameters())
+
+
+def test_gdpo_normalises_each_component_of_a_combined_reward(tmp_path, tiny_gpt2):
+    # two components: a length penalty and a keyword reward; the batch keeps both per sample, and the
+    # advantages are gdpo's of those parts with the components' weights (compute_gdpo on the same inputs)
+    from verl.algorithms.group_baselines import compute_gdpo
+
+    cfg = load_config(None, small_overrides(tmp_path, **{
+        "algorithm.name": "gdpo", "training.total_steps": 1, "rollout.n": 4,
+        "reward_fn.type": "combined",
+        "reward_fn.components": '[{type: length_penalty, name: short, weight: 0.5, target_length: 3}, '
+                                '{type: keyword, name: kw, weight: 2.0, keywords: ["the"]}]'}))
+    trainer = create_trainer(cfg)
+    trainer.step()
+    batch = trainer._last_batch
+    assert batch.reward_parts.shape == (len(batch), 2) and trainer.reward_weights == [0.5, 2.0]
+    assert torch.allclose(batch.reward_parts @ torch.tensor([0.5, 2.0]), batch.scores, atol=1e-6)
+    want, _ = compute_gdpo(batch.reward_parts, [0.5, 2.0], batch.response_mask, batch.group_id)
+    assert torch.allclose(batch.advantages, want, atol=1e-6) and want.abs().sum() > 0  # the lengths differ
