@@ -73,7 +73,18 @@ work around it (requests, results, the Batch); the rest of rollout_s is scoring 
         --prompts 16 --group 8 --max-new-tokens 512                         # (c) LoRA
     python benchmarks/e2e_grpo.py --device cuda --systems real-verl verl-vllm --prompts 16 --group 8 \
         --max-new-tokens 128 --real-verl-pythonpath /tmp/realverl          # (a) against the real verl
-TRL is imported only by its worker, never by verl.
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
+        --group 8 --max-new-tokens 512 --work defaults like-for-like --trl-micro-batch 32 --trl-gen-probe 3
+                                                                            # (b), both rows per peer (#40)
+    python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/   # two machine starts
+
+Work modes (--work, benchmarks/e2e_work.py): `defaults` runs each system at its own defaults; `like-for-like` sets
+the same work on every side (engine log-probs every step, no IS correction, pi_old from the update's forward, no
+gradient checkpointing, TRL micro-batches of --trl-micro-batch, real verl with bypass mode, FSDP2, fused kernels).
+Every row carries a `caption` saying what its system computed, ratios compare rows of one work mode, and each row
+gives the median of --steps timed steps (default 5) with their min, max and IQR. Modules: e2e_trl.py (the TRL
+worker), e2e_real_verl.py (real verl), e2e_report.py (rows, ratios, table, merge), trl_generation_probe.py (#40
+item 6: TRL's engine call replayed in its own process). TRL is imported only by its worker, never by verl.
 """
 
 from __future__ import annotations
@@ -81,7 +92,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,7 +100,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import e2e_report  # noqa: E402
+import e2e_work  # noqa: E402
 from e2e_real_verl import REAL_VERL_NOTES, worker_real_verl  # noqa: E402
+from e2e_report import summarize  # noqa: E402,F401  (the row builder; tests read it from here)
+from e2e_trl import worker_trl  # noqa: E402  (imports TRL only when called)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
@@ -174,11 +188,14 @@ def verl_config(args, device, total: int) -> dict:
                                     (args.vllm_compile, rollout_cfg, "enforce_eager", False)):
         if on:
             section[key] = value
-    for item in args.verl_set or []:  # --verl-set rollout.enable_sleep_mode=false ...
+    sections = {"model": model, "training": training, "rollout": rollout_cfg}
+    for key, value in e2e_work.verl_settings(getattr(args, "work", "defaults")).items():  # the work mode's keys
+        section_name, _, leaf = key.partition(".")
+        sections[section_name][leaf] = value
+    for item in args.verl_set or []:  # --verl-set rollout.enable_sleep_mode=false ... (after the work's: they win)
         key, _, value = item.partition("=")
         section_name, _, leaf = key.partition(".")
-        section = {"model": model, "training": training, "rollout": rollout_cfg}[section_name]
-        section[leaf] = yaml_value(value)
+        sections[section_name][leaf] = yaml_value(value)
     return {
         "device": str(device),
         "model": model,
@@ -199,119 +216,29 @@ def yaml_value(text: str):
     return yaml.safe_load(text)
 
 
-def worker_trl(args) -> dict:
-    import torch
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    sys.path.insert(0, HERE)
-    from e2e_reward import trl_reward
-
-    device = common.resolve_device(args.device)
-    total = args.warmup + args.steps
-    tok = AutoTokenizer.from_pretrained(args.model_path)
-    tok.padding_side = "left"
-    # TRL loads the model itself (model_init_kwargs): fp32 master weights, or bf16 weights for trl-bf16-static.
-    bf16_weights = args.system == "trl-bf16-static"
-    model_init_kwargs = {"dtype": "bfloat16" if bf16_weights else "float32",
-                         "attn_implementation": "eager" if args.system == "trl-eager" else "sdpa"}
-    prompts = make_prompts(args.prompts * (total + 1), args.prompt_words)
-    steps: list[dict] = []
-    gen_s, sync_s = [0.0], [0.0]
-
-    def time_call(fn, acc):  # seconds spent inside fn (device synchronised), summed into acc[0]
-        def timed_fn(*a, **kw):
-            times, out = common.timed(lambda: fn(*a, **kw), device)
-            acc[0] += times[0]
-            return out
-
-        return timed_fn
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):
-            common.sync(device)
-            gen_s[0] = sync_s[0] = 0.0
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            common.sync(device)
-            wall = time.perf_counter() - self.t0
-            steps.append(dict(step=len(steps), wall_s=wall,
-                              stages={"rollout": gen_s[0], "update_weights": sync_s[0],
-                                      "rest": wall - gen_s[0] - sync_s[0]},
-                              peak_gib=common.peak_gib(device)))
-
-        def on_log(self, a, state, control, logs=None, **kw):
-            if logs and steps and "completions/mean_length" in logs:
-                steps[-1]["completion_len"] = logs["completions/mean_length"]
-
-    n = args.prompts * args.group
-    use_vllm = args.system == "trl-vllm"
-    extra = {}
-    if use_vllm:
-        # TRL's fast path: an in-process vLLM engine (colocate), synced from the model every step.
-        # Completions run to the full length as verl's (vLLM's ignore_eos; min_new_tokens is an HF key).
-        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs={"ignore_eos": True})
-    else:
-        extra = dict(generation_kwargs={"min_new_tokens": args.max_new_tokens},
-                     cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None)
-    peft_config = None
-    if args.lora_rank:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, target_modules="all-linear")
-    conf = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=n, num_generations=args.group,
-        gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens, learning_rate=1e-6,
-        max_steps=total, logging_steps=1, report_to="none", save_strategy="no", seed=0, beta=0.0,
-        temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, disable_tqdm=True,
-        bf16=bf16_weights or args.dtype == "bfloat16", use_cpu=device.type == "cpu", dataloader_num_workers=0,
-        model_init_kwargs=model_init_kwargs, **extra)
-    trainer = GRPOTrainer(model=args.model_path, reward_funcs=trl_reward, args=conf,
-                          train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
-                          callbacks=[Timer()], peft_config=peft_config)
-    if use_vllm:
-        gen = trainer.vllm_generation
-        gen.generate = time_call(gen.generate, gen_s)
-        gen.sync_weights = time_call(gen.sync_weights, sync_s)
-    else:
-        trainer.model.generate = time_call(trainer.model.generate, gen_s)
-    trainer.train()
-    prompt_tokens = statistics.mean(len(tok(p)["input_ids"]) for p in prompts[:n])
-    for s in steps:
-        s["tokens"] = n * (prompt_tokens + s.get("completion_len", args.max_new_tokens))
-    return dict(steps=steps)
-
-
-def summarize(system: str, result: dict, args) -> dict:
-    steps = result["steps"][args.warmup:]
-    wall = statistics.median(s["wall_s"] for s in steps)
-    tokens = statistics.median(s["tokens"] for s in steps)
-    row = dict(system=system, step_s=round(wall, 3), tokens_per_step=round(tokens), tokens_per_s=round(tokens / wall),
-               completion_len=round(statistics.median(s.get("completion_len", 0) for s in steps), 1))
-    if steps and steps[0].get("stages"):  # verl: median seconds of each stage of the step
-        names = steps[0]["stages"].keys()
-        med = {k: round(statistics.median(s["stages"].get(k, 0.0) for s in steps), 3) for k in names}
-        row.update(rollout_s=med.get("rollout"), old_logprob_s=med.get("old_log_prob"),
-                   update_s=med.get("update_actor", med.get("rest")), sync_s=med.get("update_weights"), stages=med)
-    if steps and steps[0].get("engine"):  # verl-vllm: sleep/wake seconds and memory freed, log-prob diff
-        names = steps[0]["engine"].keys()
-        row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
-        row.update(sleep_s=row["engine"].get("rollout/sleep_s"), wake_s=row["engine"].get("rollout/wake_s"),
-                   freed_gib=row["engine"].get("rollout/sleep_freed_gib"),
-                   engine_call_s=row["engine"].get("rollout/engine_call_s"),
-                   around_engine_s=row["engine"].get("rollout/around_engine_s"))
-    peaks = [s["peak_gib"] for s in result["steps"] if s.get("peak_gib") is not None]
-    if peaks:
-        row["peak_gib"] = max(peaks)
-    if steps and steps[0].get("memory"):  # verl on CUDA: the largest of each stage's peaks over the steps
-        names = set().union(*(s["memory"] for s in result["steps"]))
-        row["memory"] = {k: max(s["memory"].get(k, 0.0) for s in result["steps"]) for k in sorted(names)}
-        row.update(rollout_gib=row["memory"].get("rollout"), update_gib=row["memory"].get("update_actor"),
-                   device_rollout_gib=row["memory"].get("device/rollout"),
-                   device_update_gib=row["memory"].get("device/update_actor"))
-    return row
+def worker_command(args, system: str, work: str) -> list[str]:
+    """The worker process's command line for one (system, work) row."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", system, "--work", work, "--model-path",
+           args.model_path, "--device", args.device, "--arch", args.arch, "--prompts", str(args.prompts), "--group",
+           str(args.group), "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--warmup",
+           str(args.warmup), "--prompt-words", str(args.prompt_words),
+           "--dtype", args.dtype, "--lora-rank", str(args.lora_rank)]
+    cmd += ["--micro-batch", str(args.micro_batch)] if args.micro_batch else []
+    cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
+                                  ("--compile", args.compile), ("--vllm-compile", args.vllm_compile),
+                                  ("--param-copy", args.param_copy)) if on]
+    cmd += ["--verl-set", *args.verl_set] if args.verl_set else []
+    cmd += ["--timeout", str(args.timeout)]
+    if system.startswith("trl"):
+        cmd += ["--trl-micro-batch", str(args.trl_micro_batch)] if args.trl_micro_batch else []
+        cmd += ["--trl-gen-probe", str(args.trl_gen_probe)] if args.trl_gen_probe and system == "trl-vllm" else []
+    if system == "real-verl":
+        cmd += ["--real-verl-pythonpath", args.real_verl_pythonpath] if args.real_verl_pythonpath else []
+        cmd += ["--real-verl-set", *args.real_verl_set] if args.real_verl_set else []
+        # its whole console log and command land there, one folder per work mode
+        cmd += ["--logs", os.path.join(args.logs, f"real_verl_{work}")] if args.logs else []
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    return cmd
 
 
 def run_all(args) -> list[dict]:
@@ -320,55 +247,48 @@ def run_all(args) -> list[dict]:
     cache = args.cache or os.path.join(tempfile.gettempdir(), "verl-bench-models")
     args.model_path = common.save_random_model(args.arch, os.path.join(cache, args.arch))
     rows = []
-    for system in args.systems:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", system, "--model-path", args.model_path,
-               "--device", args.device, "--arch", args.arch, "--prompts", str(args.prompts), "--group", str(args.group),
-               "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--warmup",
-               str(args.warmup), "--prompt-words", str(args.prompt_words),
-               "--dtype", args.dtype, "--lora-rank", str(args.lora_rank)]
-        cmd += ["--micro-batch", str(args.micro_batch)] if args.micro_batch else []
-        cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
-                                      ("--compile", args.compile), ("--vllm-compile", args.vllm_compile),
-                                      ("--param-copy", args.param_copy)) if on]
-        cmd += ["--verl-set", *args.verl_set] if args.verl_set else []
-        cmd += ["--timeout", str(args.timeout)]
-        if system == "real-verl":
-            cmd += ["--real-verl-pythonpath", args.real_verl_pythonpath] if args.real_verl_pythonpath else []
-            cmd += ["--real-verl-set", *args.real_verl_set] if args.real_verl_set else []
-            cmd += ["--logs", args.logs] if args.logs else []  # its whole console log and command land there
-        t0 = time.time()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
-        if system == "verl-sglang" and args.sglang_pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join([common.ROOT, args.sglang_pythonpath])
-        if system == "trl-vllm":  # TRL's colocated vLLM starts a one-process torch.distributed group
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-        if args.threads:
-            # Same thread count for every system; vLLM must not pin its own threads to all cores.
-            env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-                       VLLM_CPU_OMP_THREADS_BIND="nobind")
-            cmd += ["--threads", str(args.threads)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-            if proc.returncode != 0 or not lines:
-                rows.append(dict(system=system, error=common.failure_summary(proc.returncode, proc.stderr, proc.stdout)))
-                if args.logs:  # the whole stderr of a failed system, for the record
-                    os.makedirs(args.logs, exist_ok=True)
-                    with open(os.path.join(args.logs, f"e2e_{system}.stderr.txt"), "w") as fh:
-                        fh.write(proc.stderr[-200_000:])
-            else:
-                result = json.loads(lines[-1][len(RESULT_TAG):])
-                rows.append(summarize(system, result, args))
-                if "version" in result:  # real-verl: the PyPI verl it ran, and its exit status when not 0
-                    rows[-1]["version"] = result["version"]
-                    rows[-1].update({"exit": result["exit"]} if result.get("exit") != 0 else {})
-        except subprocess.TimeoutExpired:
-            rows.append(dict(system=system, error=f"timeout after {args.timeout}s"))
-        rows[-1]["process_s"] = round(time.time() - t0, 1)
-        print(json.dumps(rows[-1]), flush=True)
-        _report(args, info, rows, quiet=True)
+    for work in args.work:
+        for system in args.systems:
+            rows.append(run_worker(args, system, work))
+            print(json.dumps(rows[-1]), flush=True)
+            _report(args, info, rows, quiet=True)
     _report(args, info, rows)
     return rows
+
+
+def run_worker(args, system: str, work: str) -> dict:
+    """One (system, work) row: the worker in its own process, under --timeout."""
+    cmd = worker_command(args, system, work)
+    t0 = time.time()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([common.ROOT, os.environ.get("PYTHONPATH", "")]))
+    if system == "verl-sglang" and args.sglang_pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([common.ROOT, args.sglang_pythonpath])
+    if system == "trl-vllm":  # TRL's colocated vLLM starts a one-process torch.distributed group
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    if args.threads:
+        # Same thread count for every system; vLLM must not pin its own threads to all cores.
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+                   VLLM_CPU_OMP_THREADS_BIND="nobind")
+    caption = e2e_work.caption(system, work, args.trl_micro_batch, args.prompts * args.group, bool(args.lora_rank))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+        if proc.returncode != 0 or not lines:
+            row = dict(system=system, error=common.failure_summary(proc.returncode, proc.stderr, proc.stdout))
+            if args.logs:  # the whole stderr of a failed system, for the record
+                os.makedirs(args.logs, exist_ok=True)
+                with open(os.path.join(args.logs, f"e2e_{system}_{work}.stderr.txt"), "w") as fh:
+                    fh.write(proc.stderr[-200_000:])
+        else:
+            result = json.loads(lines[-1][len(RESULT_TAG):])
+            row = summarize(system, result, args)
+            if "version" in result:  # real-verl: the PyPI verl it ran, and its exit status when not 0
+                row["version"] = result["version"]
+                row.update({"exit": result["exit"]} if result.get("exit") != 0 else {})
+    except subprocess.TimeoutExpired:
+        row = dict(system=system, error=f"timeout after {args.timeout}s")
+    row.update(work=work, caption=caption, process_s=round(time.time() - t0, 1))
+    return row
 
 
 def verl_options(args) -> str:
@@ -384,19 +304,8 @@ def verl_options(args) -> str:
 
 
 def _report(args, info, rows, quiet=False):
-    trl_rows = [r for r in rows if r["system"].startswith("trl") and "tokens_per_s" in r]
-    best_trl = max(trl_rows, key=lambda r: r["tokens_per_s"]) if trl_rows else None
-    default_trl = next((r for r in trl_rows if r["system"] == "trl"), None)
-    trl_vllm = next((r for r in trl_rows if r["system"] == "trl-vllm"), None)
-    for r in rows:
-        for key, ref in (("x_trl", default_trl), ("x_trl_vllm", trl_vllm), ("x_best_trl", best_trl)):
-            if "tokens_per_s" in r and ref:
-                r[key] = round(r["tokens_per_s"] / ref["tokens_per_s"], 2)
-    cols = ["system", "step_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_trl", "x_best_trl",
-            "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
-            "sleep_s", "wake_s", "freed_gib",
-            "peak_gib", "rollout_gib", "update_gib", "device_rollout_gib", "device_update_gib", "error"]
-    cols = [c for c in cols if c in ("system", "error") or any(r.get(c) is not None for r in rows)]
+    e2e_report.add_ratios(rows)  # within each work mode
+    cols = e2e_report.table_columns(rows)
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
              f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
@@ -404,9 +313,10 @@ def _report(args, info, rows, quiet=False):
              f"forward and backward of full fine-tuning on a {args.dtype} copy of them and autocast otherwise; "
              f"verl-hf-copy/-static generate with a {args.dtype} copy, "
              f"trl-bf16-static trains bf16 weights), {args.threads or 'default'} CPU threads; median of {args.steps} "
-             f"steps after {args.warmup} warm-up. x_trl_vllm = tokens/s over TRL with vLLM colocate (its defaults "
+             f"steps after {args.warmup} warm-up, step_min_s-step_max_s their range, step_iqr_s the interquartile "
+             f"range. Ratios compare rows of the same work mode only. x_trl_vllm = tokens/s over TRL with vLLM colocate (its defaults "
              f"otherwise); x_trl = over TRL's default configuration (HF generate); x_best_trl = over the fastest "
-             f"TRL configuration run. verl options: {verl_options(args)}; attention per model.attn_implementation "
+             f"TRL configuration run; x_real_verl = over real verl's row. verl options: {verl_options(args)}; attention per model.attn_implementation "
              f"auto (eager for bf16 on the CPU, else SDPA). peak_gib: the most torch's allocator held in the "
              f"trainer's process in a step, less a sleeping engine's released pool; rollout_gib / update_gib: verl's "
              f"per-stage peaks of it "
@@ -414,7 +324,8 @@ def _report(args, info, rows, quiet=False):
              f"processes in those stages (memory_gb/device/*, NVML)"
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
-             + (f"; {REAL_VERL_NOTES}" if "real-verl" in args.systems else "") + ".")
+             + (f"; {REAL_VERL_NOTES}" if "real-verl" in args.systems else "") + ".\n\n"
+             + e2e_report.caption_notes(rows))
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 
@@ -449,7 +360,17 @@ def parse(argv=None):
     ap.add_argument("--real-verl-set", nargs="+", default=None, metavar="KEY=VALUE",
                     help="real-verl: extra Hydra overrides, appended last, e.g. actor_rollout_ref.rollout."
                          "free_cache_engine=True")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--work", nargs="+", default=["defaults"], choices=e2e_work.WORK_MODES,
+                    help="the work each side computes (benchmarks/e2e_work.py): defaults (each system's own), "
+                         "like-for-like (the same work on all sides); both: one row per system and mode")
+    ap.add_argument("--trl-micro-batch", type=int, default=None,
+                    help="TRL like-for-like: sequences per micro-batch (per_device_train_batch_size; gradient "
+                         "accumulation over the rest; default one micro-batch of all completions)")
+    ap.add_argument("--trl-gen-probe", type=int, default=0, metavar="REPEATS",
+                    help="trl-vllm: after its steps, replay its engine call REPEATS times in the same process "
+                         "(benchmarks/trl_generation_probe.py)")
+    # 5 timed steps (#40 item 4): with 2-3, one slow step moved a median by 20-30%
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per system")
     ap.add_argument("--cache", default=None, help="where the random model folder is kept")
@@ -457,6 +378,10 @@ def parse(argv=None):
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-path", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:  # a worker computes one row: one work mode
+        if len(args.work) != 1:
+            ap.error(f"--worker takes one --work, got {args.work}")
+        args.work = args.work[0]
     cuda = common.resolve_device(args.device).type == "cuda"
     if args.tiny:
         args.arch = "tiny-llama"
@@ -482,7 +407,8 @@ if __name__ == "__main__":
         if a.worker == "real-verl":
             res = worker_real_verl(a, make_prompts(a.prompts * (a.warmup + a.steps + 1), a.prompt_words))
         else:
-            res = worker_trl(a) if a.worker.startswith("trl") else worker_verl(a)
+            res = (worker_trl(a, make_prompts(a.prompts * (a.warmup + a.steps + 1), a.prompt_words))
+                   if a.worker.startswith("trl") else worker_verl(a))
         print(RESULT_TAG + json.dumps(res), flush=True)
     else:
         run_all(a)

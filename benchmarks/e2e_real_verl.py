@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import common
+import e2e_work
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
@@ -173,7 +174,10 @@ def real_verl_overrides(args, model_path: str, data_dir: str, reward_path: str, 
         out += [f"actor_rollout_ref.model.lora_rank={args.lora_rank}",
                 f"actor_rollout_ref.model.lora_alpha={2 * args.lora_rank}",
                 "actor_rollout_ref.model.target_modules=all-linear"]
-    return out + list(getattr(args, "real_verl_set", None) or [])
+    # the work mode's overrides (e2e_work.REAL_VERL_LIKE_FOR_LIKE: bypass mode, FSDP2, fused kernels), then
+    # --real-verl-set, last, so that Hydra's last-wins lets a flag change either
+    return out + e2e_work.real_verl_overrides(getattr(args, "work", "defaults")) + \
+        list(getattr(args, "real_verl_set", None) or [])
 
 
 _REAL_VERL_STEP = re.compile(r"step:(\d+) - (.*)$")

@@ -71,8 +71,9 @@ EXPECTED_OVERRIDES = [
 
 
 def _args(*extra):
-    return e2e_grpo.parse(["--device", "cpu", "--systems", "real-verl", "--prompts", "16", "--group", "8",
-                           "--max-new-tokens", "128", "--steps", "3", "--warmup", "1", *extra])
+    # as the real-verl worker process parses its command line (one work mode)
+    return e2e_grpo.parse(["--worker", "real-verl", "--device", "cpu", "--systems", "real-verl", "--prompts", "16",
+                           "--group", "8", "--max-new-tokens", "128", "--steps", "3", "--warmup", "1", *extra])
 
 
 def test_parquet_rows_read_back(tmp_path):
@@ -112,6 +113,21 @@ def test_override_line():
     line = e2e_real_verl.real_verl_overrides(extra, "/m", "/d", "/d/reward.py", 40)
     assert line[-1] == "actor_rollout_ref.rollout.free_cache_engine=True"  # appended last: Hydra's last wins
     assert "actor_rollout_ref.model.lora_rank=8" in line and "actor_rollout_ref.model.lora_alpha=16" in line
+
+
+def test_override_line_like_for_like():
+    """Expert settings + the same work: appended after the shared line, before --real-verl-set (Hydra: last wins)."""
+    args = _args("--work", "like-for-like", "--real-verl-set", "actor_rollout_ref.actor.strategy=fsdp")
+    line = e2e_real_verl.real_verl_overrides(args, "/m", "/d", "/d/reward.py", 40)
+    assert line[:len(EXPECTED_OVERRIDES)] == EXPECTED_OVERRIDES
+    assert line[len(EXPECTED_OVERRIDES):] == [
+        "actor_rollout_ref.rollout.calculate_log_probs=True",  # bypass_mode raises without the engine's log-probs
+        "algorithm.rollout_correction.bypass_mode=True",
+        "actor_rollout_ref.model.use_fused_kernels=True",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.actor.strategy=fsdp",
+    ]
 
 
 LOG = """ray init kwargs: {'num_cpus': None}

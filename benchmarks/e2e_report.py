@@ -1,0 +1,152 @@
+"""benchmarks/e2e_grpo.py's report: one row per (system, work) from a worker's step records, the ratios
+against the peers within the same work mode, the table; and `merge`, which combines the result JSONs of
+runs on separate machine starts into one table (issue #40 item 4):
+
+    python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/
+
+A merged row's step_s is the median of the runs' medians, runs_min_s / runs_max_s the spread of those
+medians across runs, step_min_s / step_max_s the spread of every timed step of every run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "runs", "runs_min_s",
+           "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl", "x_best_trl",
+           "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
+           "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib", "device_rollout_gib",
+           "device_update_gib", "error"]
+
+
+def spread(values: list[float]) -> dict:
+    """Median, min, max and interquartile range (statistics.quantiles, 'inclusive': defined from 2 values on)."""
+    if not values:
+        raise ValueError("no timed steps")
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return dict(median=statistics.median(values), min=min(values), max=max(values), iqr=q[2] - q[0])
+
+
+def summarize(system: str, result: dict, args) -> dict:
+    steps = result["steps"][args.warmup:]
+    walls = spread([s["wall_s"] for s in steps])
+    wall = walls["median"]
+    tokens = statistics.median(s["tokens"] for s in steps)
+    row = dict(system=system, step_s=round(wall, 3), step_min_s=round(walls["min"], 3),
+               step_max_s=round(walls["max"], 3), step_iqr_s=round(walls["iqr"], 3), steps_timed=len(steps),
+               tokens_per_step=round(tokens), tokens_per_s=round(tokens / wall),
+               completion_len=round(statistics.median(s.get("completion_len", 0) for s in steps), 1))
+    if steps and steps[0].get("stages"):  # median seconds of each stage of the step
+        names = steps[0]["stages"].keys()
+        med = {k: round(statistics.median(s["stages"].get(k, 0.0) for s in steps), 3) for k in names}
+        row.update(rollout_s=med.get("rollout"), old_logprob_s=med.get("old_log_prob"),
+                   update_s=med.get("update_actor", med.get("rest")), sync_s=med.get("update_weights"), stages=med)
+    if steps and steps[0].get("engine"):  # verl-vllm: sleep/wake seconds and memory freed, log-prob diff
+        names = steps[0]["engine"].keys()
+        row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
+        row.update(sleep_s=row["engine"].get("rollout/sleep_s"), wake_s=row["engine"].get("rollout/wake_s"),
+                   freed_gib=row["engine"].get("rollout/sleep_freed_gib"),
+                   engine_call_s=row["engine"].get("rollout/engine_call_s"),
+                   around_engine_s=row["engine"].get("rollout/around_engine_s"))
+    peaks = [s["peak_gib"] for s in result["steps"] if s.get("peak_gib") is not None]
+    if peaks:
+        row["peak_gib"] = max(peaks)
+    if steps and steps[0].get("memory"):  # verl on CUDA: the largest of each stage's peaks over the steps
+        names = set().union(*(s["memory"] for s in result["steps"]))
+        row["memory"] = {k: max(s["memory"].get(k, 0.0) for s in result["steps"]) for k in sorted(names)}
+        row.update(rollout_gib=row["memory"].get("rollout"), update_gib=row["memory"].get("update_actor"),
+                   device_rollout_gib=row["memory"].get("device/rollout"),
+                   device_update_gib=row["memory"].get("device/update_actor"))
+    if result.get("gen_probe"):
+        row["gen_probe"] = result["gen_probe"]
+    return row
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """x_<peer> = tokens/s over that peer's row of the SAME work mode (a defaults row is never divided by a
+    like-for-like one)."""
+    for work in {r.get("work", "defaults") for r in rows}:
+        same = [r for r in rows if r.get("work", "defaults") == work and "tokens_per_s" in r]
+        trl_rows = [r for r in same if r["system"].startswith("trl")]
+        refs = {"x_trl": next((r for r in trl_rows if r["system"] == "trl"), None),
+                "x_trl_vllm": next((r for r in trl_rows if r["system"] == "trl-vllm"), None),
+                "x_best_trl": max(trl_rows, key=lambda r: r["tokens_per_s"]) if trl_rows else None,
+                "x_real_verl": next((r for r in same if r["system"] == "real-verl"), None)}
+        for r in same:
+            for key, ref in refs.items():
+                if ref is not None:
+                    r[key] = round(r["tokens_per_s"] / ref["tokens_per_s"], 2)
+
+
+def table_columns(rows: list[dict]) -> list[str]:
+    return [c for c in COLUMNS if c in ("system", "error") or any(r.get(c) is not None for r in rows)]
+
+
+def caption_notes(rows: list[dict]) -> str:
+    """What each row computed, one line per (system, work) (the captions are too long for a table column)."""
+    return "What each row computed:\n\n" + "\n".join(
+        f"- {r['system']} ({r.get('work', 'defaults')}): {r['caption']}" for r in rows if r.get("caption"))
+
+
+def merge_rows(results: list[dict]) -> list[dict]:
+    """Rows of several result JSONs (each {"rows": [...]}, one per machine start) by (system, work): step_s the
+    median of the runs' medians, runs_min_s / runs_max_s their spread, step_min_s / step_max_s the extremes
+    of all timed steps, stage columns the median over runs; tokens_per_s from the merged step; ratios redone."""
+    groups: dict[tuple, list[dict]] = {}
+    for res in results:
+        for r in res["rows"]:
+            if "step_s" in r:
+                groups.setdefault((r["system"], r.get("work", "defaults")), []).append(r)
+    out = []
+    for (system, work), rs in groups.items():
+        step = statistics.median(r["step_s"] for r in rs)
+        tokens = statistics.median(r["tokens_per_step"] for r in rs)
+        row = dict(system=system, work=work, step_s=round(step, 3), runs=len(rs),
+                   runs_min_s=min(r["step_s"] for r in rs), runs_max_s=max(r["step_s"] for r in rs),
+                   step_min_s=min(r.get("step_min_s", r["step_s"]) for r in rs),
+                   step_max_s=max(r.get("step_max_s", r["step_s"]) for r in rs),
+                   steps_timed=sum(r.get("steps_timed", 0) for r in rs),
+                   tokens_per_step=round(tokens), tokens_per_s=round(tokens / step))
+        for col in ("rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
+                    "completion_len"):
+            vals = [r[col] for r in rs if r.get(col) is not None]
+            if vals:
+                row[col] = round(statistics.median(vals), 3)
+        captions = {r.get("caption") for r in rs}
+        if len(captions) > 1:  # runs of different work under one name would make a meaningless median
+            raise ValueError(f"{system} ({work}): the runs' captions differ: {sorted(map(str, captions))}")
+        row["caption"] = captions.pop()
+        out.append(row)
+    add_ratios(out)
+    return out
+
+
+def merge_main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser(description="combine e2e_grpo result JSONs of separate machine starts")
+    ap.add_argument("command", choices=["merge"])
+    ap.add_argument("results", nargs="+", help="e2e_grpo.json files, one per run")
+    ap.add_argument("--out", default=None, help="folder (or .json file) for the merged table")
+    args = ap.parse_args(argv)
+    results = [json.load(open(p)) for p in args.results]
+    rows = merge_rows(results)
+    machines = [r.get("machine", {}) for r in results]
+    info = dict(machines[0], date=" / ".join(str(m.get("date")) for m in machines),
+                command="python benchmarks/e2e_report.py merge " + " ".join(args.results))
+    notes = (f"Merged from {len(results)} runs ({', '.join(args.results)}): step_s = median of the runs' median "
+             f"steps; runs_min_s-runs_max_s = the spread of those medians; step_min_s-step_max_s = of every timed "
+             f"step; ratios within one work mode.")
+    common.write_results(args.out, "e2e_grpo_merged", info, rows, table_columns(rows),
+                         notes=notes + "\n\n" + caption_notes(rows),
+                         extra=dict(sources=args.results))
+    return rows
+
+
+if __name__ == "__main__":
+    merge_main()

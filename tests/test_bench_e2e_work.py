@@ -1,0 +1,207 @@
+"""benchmarks/e2e_grpo.py's work axis (issue #40), on a CPU without TRL, vLLM or a GPU: the settings each side
+gets per work mode (verl's config, TRL's GRPOConfig keywords, the worker command), the row captions, the
+step spread, ratios within one work mode, the merge of two runs, and the TRL generation probe's replay
+against a stand-in engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+if BENCH not in sys.path:
+    sys.path.insert(0, BENCH)
+
+import common  # noqa: E402
+import e2e_grpo  # noqa: E402
+import e2e_report  # noqa: E402
+import e2e_trl  # noqa: E402
+import e2e_work  # noqa: E402
+import trl_generation_probe as probe  # noqa: E402
+
+LL = "like-for-like"
+
+
+def _worker_args(system, work, *extra):
+    args = e2e_grpo.parse(["--worker", system, "--work", work, "--device", "cpu", "--systems", system, "--prompts",
+                           "32", "--group", "8", "--max-new-tokens", "512", "--warmup", "1", *extra])
+    args.system, args.model_path = system, "/m"
+    return args
+
+
+def test_verl_config_per_work_mode_validates():
+    from verl.config import config_from_dict
+
+    cpu = common.resolve_device("cpu")
+    ll = config_from_dict(e2e_grpo.verl_config(_worker_args("verl-vllm", LL), cpu, 6))
+    assert (ll.rollout.logprob_check_every, ll.rollout.tis_cap) == (1, 0.0)
+    assert ll.training.old_log_probs_from_update is True and ll.model.enable_gradient_checkpointing is False
+    raw = e2e_grpo.verl_config(_worker_args("verl-vllm", "defaults"), cpu, 6)
+    assert "logprob_check_every" not in raw["rollout"] and "tis_cap" not in raw["rollout"]  # verl's own defaults
+    assert "old_log_probs_from_update" not in raw["training"]
+    # --verl-set comes after the work's keys: it wins
+    over = e2e_grpo.verl_config(_worker_args("verl-vllm", LL, "--verl-set", "rollout.logprob_check_every=3"), cpu, 6)
+    assert over["rollout"]["logprob_check_every"] == 3
+
+
+def test_trl_kwargs_defaults_vs_like_for_like():
+    d = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", "defaults"), "cuda", "/o")
+    assert (d["per_device_train_batch_size"], d["gradient_accumulation_steps"]) == (256, 1)
+    assert d["gradient_checkpointing"] is True and d["vllm_importance_sampling_correction"] is True
+    assert d["use_vllm"] and d["vllm_mode"] == "colocate" and d["generation_kwargs"] == {"ignore_eos": True}
+    assert d["model_init_kwargs"]["dtype"] == "float32" and d["max_steps"] == 6  # 1 warm-up + 5 timed (default)
+    ll = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", LL, "--trl-micro-batch", "32"), "cuda", "/o")
+    assert (ll["per_device_train_batch_size"], ll["gradient_accumulation_steps"]) == (32, 8)
+    assert ll["gradient_checkpointing"] is False and ll["vllm_importance_sampling_correction"] is False
+    # everything but the work's keys is the same work
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+            "vllm_importance_sampling_correction")
+    assert {k: v for k, v in d.items() if k not in keys} == {k: v for k, v in ll.items() if k not in keys}
+    # the micro-batch flag does not touch the defaults row (TRL's own layout: one micro-batch)
+    d32 = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", "defaults", "--trl-micro-batch", "32"), "cuda", "/o")
+    assert d32["per_device_train_batch_size"] == 256
+
+
+def test_trl_kwargs_hf_generate_and_lora():
+    hf = e2e_trl.trl_config_kwargs(_worker_args("trl", LL), "cpu", "/o")
+    assert "vllm_importance_sampling_correction" not in hf and "use_vllm" not in hf and hf["use_cpu"]
+    lora_ll = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", LL, "--lora-rank", "16"), "cuda", "/o")
+    lora_d = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", "defaults", "--lora-rank", "16"), "cuda", "/o")
+    assert lora_ll["model_init_kwargs"]["dtype"] == "bfloat16" and lora_ll["bf16"] is True  # bf16 base, as verl's
+    assert lora_d["model_init_kwargs"]["dtype"] == "float32"
+    assert e2e_work.trl_weight_dtype("defaults", "trl-bf16-static", False) == "bfloat16"
+
+
+def test_trl_micro_batches_must_divide():
+    assert e2e_work.trl_micro_batches(256, None) == (256, 1)
+    assert e2e_work.trl_micro_batches(128, 16) == (16, 8)
+    with pytest.raises(ValueError, match="must divide"):
+        e2e_work.trl_micro_batches(256, 48)
+    with pytest.raises(ValueError, match="work"):
+        e2e_work.verl_settings("same")
+
+
+def test_captions_say_what_each_side_computed():
+    n = 256
+    caps = {(s, w): e2e_work.caption(s, w, 32, n) for s in ("verl-vllm", "trl-vllm", "real-verl", "verl-hf", "trl")
+            for w in e2e_work.WORK_MODES}
+    assert len(set(caps.values())) == len(caps)  # every row says something of its own
+    assert "1 step in 10" in caps["verl-vllm", "defaults"] and "every step" in caps["verl-vllm", LL]
+    assert "IS correction on" in caps["trl-vllm", "defaults"] and "checkpointing on" in caps["trl-vllm", "defaults"]
+    assert "IS correction off" in caps["trl-vllm", LL] and "32 x 8" in caps["trl-vllm", LL]
+    assert "old-log-prob pass" in caps["real-verl", "defaults"] and "FSDP1" in caps["real-verl", "defaults"]
+    assert "bypass_mode" in caps["real-verl", LL] and "FSDP2" in caps["real-verl", LL]
+    assert "bf16 LoRA base" in e2e_work.caption("trl-vllm", LL, 16, 128, lora=True)
+
+
+def test_worker_command_carries_the_work_and_peer_flags():
+    args = e2e_grpo.parse(["--device", "cpu", "--systems", "verl-vllm", "trl-vllm", "real-verl", "--work",
+                           "defaults", LL, "--trl-micro-batch", "32", "--trl-gen-probe", "3", "--logs", "/l"])
+    args.model_path = "/m"
+    assert args.work == ["defaults", LL] and args.steps == 5
+    verl = e2e_grpo.worker_command(args, "verl-vllm", LL)
+    trl = e2e_grpo.worker_command(args, "trl-vllm", LL)
+    real = e2e_grpo.worker_command(args, "real-verl", "defaults")
+    assert verl[verl.index("--work") + 1] == LL and "--trl-micro-batch" not in verl
+    assert trl[trl.index("--trl-micro-batch") + 1] == "32" and trl[trl.index("--trl-gen-probe") + 1] == "3"
+    assert real[real.index("--logs") + 1] == os.path.join("/l", "real_verl_defaults")  # one log folder per mode
+    with pytest.raises(SystemExit):  # a worker computes one row
+        e2e_grpo.parse(["--worker", "trl", "--device", "cpu", "--work", "defaults", LL])
+
+
+def _steps(walls, tokens=1000):
+    return [dict(step=i, wall_s=w, tokens=tokens, stages={"rollout": w / 2, "rest": w / 2}) for i, w in
+            enumerate(walls)]
+
+
+def test_summarize_gives_median_and_spread():
+    args = _worker_args("trl-vllm", LL)
+    row = e2e_report.summarize("trl-vllm", dict(steps=_steps([9.0, 2.0, 1.0, 4.0, 3.0, 5.0])), args)
+    assert row["steps_timed"] == 5  # the warm-up step (9 s) is left out
+    assert (row["step_s"], row["step_min_s"], row["step_max_s"]) == (3.0, 1.0, 5.0)
+    assert row["step_iqr_s"] == 2.0  # quartiles 2 and 4 of 1..5
+    assert e2e_report.spread([2.5])["iqr"] == 0.0
+
+
+def test_ratios_stay_within_one_work_mode():
+    rows = [dict(system="verl-vllm", work="defaults", tokens_per_s=300), dict(system="trl-vllm", work="defaults",
+            tokens_per_s=100), dict(system="verl-vllm", work=LL, tokens_per_s=200),
+            dict(system="trl-vllm", work=LL, tokens_per_s=100), dict(system="real-verl", work=LL, tokens_per_s=50)]
+    e2e_report.add_ratios(rows)
+    assert rows[0]["x_trl_vllm"] == 3.0 and "x_real_verl" not in rows[0]
+    assert rows[2]["x_trl_vllm"] == 2.0 and rows[2]["x_real_verl"] == 4.0
+
+
+def _run(step_s, step_min, step_max, trl_s, caption="c"):
+    return dict(machine=dict(date="d", gpu="H200"), rows=[
+        dict(system="verl-vllm", work=LL, step_s=step_s, step_min_s=step_min, step_max_s=step_max, steps_timed=5,
+             tokens_per_step=1000, rollout_s=step_s / 2, caption=caption),
+        dict(system="trl-vllm", work=LL, step_s=trl_s, steps_timed=5, tokens_per_step=1000, caption="t"),
+        dict(system="real-verl", error="timeout after 420s")])
+
+
+def test_merge_two_runs(tmp_path):
+    rows = e2e_report.merge_rows([_run(1.0, 0.9, 1.2, 3.0), _run(2.0, 1.8, 2.5, 4.0)])
+    verl = next(r for r in rows if r["system"] == "verl-vllm")
+    assert verl["step_s"] == 1.5 and (verl["runs_min_s"], verl["runs_max_s"]) == (1.0, 2.0)  # median of medians
+    assert (verl["step_min_s"], verl["step_max_s"], verl["steps_timed"], verl["runs"]) == (0.9, 2.5, 10, 2)
+    assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75
+    assert verl["x_trl_vllm"] == round(667 / 286, 2)  # TRL: 1000 / 3.5 s
+    assert [r["system"] for r in rows] == ["verl-vllm", "trl-vllm"]  # a failed row has nothing to merge
+    with pytest.raises(ValueError, match="captions differ"):
+        e2e_report.merge_rows([_run(1.0, 0.9, 1.2, 3.0), _run(2.0, 1.8, 2.5, 4.0, caption="other")])
+    paths = []
+    for i, run in enumerate((_run(1.0, 0.9, 1.2, 3.0), _run(2.0, 1.8, 2.5, 4.0))):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        json.dump(run, open(paths[-1], "w"))
+    e2e_report.merge_main(["merge", *paths, "--out", str(tmp_path / "m")])
+    merged = json.load(open(tmp_path / "m" / "e2e_grpo_merged.json"))
+    assert merged["rows"][0]["step_s"] == 1.5 and merged["sources"] == paths
+    assert "verl-vllm (like-for-like): c" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
+
+
+class _Params:
+    def __init__(self, **kw):
+        self.__dict__.update(n=1, logprobs=0, max_tokens=8, **kw)
+
+    def clone(self):  # as vllm.SamplingParams.clone: a copy
+        out = _Params()
+        out.__dict__.update(self.__dict__)
+        return out
+
+
+class _Engine:
+    """Stands in for vllm.LLM: records each call's request count and parameters."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling_params=None, use_tqdm=True):
+        self.calls.append((len(prompts), sampling_params.n, sampling_params.logprobs))
+        return ["out"] * len(prompts) * sampling_params.n
+
+
+def test_generation_probe_replays_the_exact_call():
+    llm = _Engine()
+    rec = probe.EngineCallRecorder(llm)
+    params = _Params(temperature=1.0)
+    prompts = [{"prompt_token_ids": [p]} for p in (1, 1, 2, 2, 3, 3)]  # TRL: each prompt `group` times, n=1
+    for _ in range(3):  # warm-up + 2 timed steps, as TRL calls it
+        assert llm.generate(prompts, sampling_params=params, use_tqdm=False) == ["out"] * 6
+    assert len(rec.seconds) == 3 and rec.calls[1]["sampling_params"] is params
+    replays = probe.replay(rec, group=2, repeats=2)
+    assert llm.calls[3:] == [(6, 1, 0)] * 2 + [(6, 1, None)] * 2 + [(3, 2, 0)] * 2  # same, no log-probs, n=group
+    assert params.logprobs == 0 and params.n == 1  # the variants were clones: TRL's own object is untouched
+    assert len(rec.seconds) == 3  # the replays are not counted as TRL's calls
+    s = probe.summary([0.5, 0.3, 0.3], rec, replays, probe.engine_settings(llm), warmup=1)
+    assert s["trl_generate_s"] == 0.3 and s["around_engine_s"] == round(0.3 - s["trl_engine_call_s"], 4)
+    assert s["requests"] == 6 and s["engine_settings"]["max_num_seqs"] is None  # no vLLM config on the stand-in
+    rec.restore()
+    assert llm.generate.__func__ is _Engine.generate
+    with pytest.raises(ValueError, match="whole groups"):
+        probe.unique_prompts(prompts[:5], 2)
+    with pytest.raises(RuntimeError, match="no engine call"):
+        probe.replay(probe.EngineCallRecorder(_Engine()), 2, 1)
