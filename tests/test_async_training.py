@@ -297,3 +297,22 @@ def test_engine_stream_helpers_do_nothing_at_normal_priority_or_off_cuda():
             assert stream is None
         assert update_event(device, priority) is None
     wait_for(None)  # no event: nothing to wait for
+
+
+def test_the_producers_sync_waits_for_an_update_at_most_timeout_s():
+    # an update holding the actor's weights longer than async_training.timeout_s: the producer's sync
+    # gives up with a TimeoutError naming the setting instead of waiting forever; without `wait` it keeps
+    # the engine's weights at once
+    import threading
+    from types import SimpleNamespace
+
+    from verl.trainer.async_experience import AsyncExperience
+
+    stage = SimpleNamespace(engine=object(), prompts=None)
+    cfg = SimpleNamespace(timeout_s=0.2, max_staleness=1, engine_priority="normal")
+    source = AsyncExperience(stage, threading.Lock(), model=None, counters=None, cfg=cfg, device=None, seed=0)
+    source.synced = 3
+    with source.updating_lock:  # the update in progress
+        assert source._sync_to_newest(wait=False) == 3
+        with pytest.raises(TimeoutError, match="async_training.timeout_s"):
+            source._sync_to_newest(wait=True)

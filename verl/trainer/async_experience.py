@@ -100,8 +100,12 @@ class AsyncExperience:
 
     def _sync_to_newest(self, wait: bool = True) -> int:
         """Sync the engine to the actor's weights if they are newer than its own; never in the middle
-        of an update (`wait`: for it to end; else keep the engine's weights). The engine's version."""
-        if not self.updating_lock.acquire(blocking=wait):
+        of an update (`wait`: for it to end, at most async_training.timeout_s; else keep the engine's
+        weights). The engine's version."""
+        if not (self.updating_lock.acquire(timeout=self.timeout_s) if wait else self.updating_lock.acquire(False)):
+            if wait:
+                raise TimeoutError(f"the actor's update held its weights for {self.timeout_s:g} s "
+                                   "(async_training.timeout_s); the producer could not sync the engine")
             return self.synced
         try:
             version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
