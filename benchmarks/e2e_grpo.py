@@ -235,6 +235,7 @@ def worker_command(args, system: str, work: str) -> list[str]:
     if system == "real-verl":
         cmd += ["--real-verl-pythonpath", args.real_verl_pythonpath] if args.real_verl_pythonpath else []
         cmd += ["--real-verl-set", *args.real_verl_set] if args.real_verl_set else []
+        cmd += ["--real-verl-token-budget", str(args.real_verl_token_budget)] if args.real_verl_token_budget else []
         # its whole console log and command land there, one folder per work mode
         cmd += ["--logs", os.path.join(args.logs, f"real_verl_{work}")] if args.logs else []
     cmd += ["--threads", str(args.threads)] if args.threads else []
@@ -360,6 +361,9 @@ def parse(argv=None):
     ap.add_argument("--real-verl-set", nargs="+", default=None, metavar="KEY=VALUE",
                     help="real-verl: extra Hydra overrides, appended last, e.g. actor_rollout_ref.rollout."
                          "free_cache_engine=True")
+    ap.add_argument("--real-verl-token-budget", type=int, default=None,
+                    help="real-verl: actor.ppo_max_token_len_per_gpu, the tokens of one dynamic micro-batch (default: "
+                         "a whole step, which fits at work (a) only)")
     ap.add_argument("--work", nargs="+", default=["defaults"], choices=e2e_work.WORK_MODES,
                     help="the work each side computes (benchmarks/e2e_work.py): defaults (each system's own), "
                          "like-for-like (the same work on all sides); both: one row per system and mode")

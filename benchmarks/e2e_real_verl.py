@@ -109,6 +109,12 @@ def real_verl_overrides(args, model_path: str, data_dir: str, reward_path: str, 
     total = args.warmup + args.steps
     max_prompt = prompt_tokens + 8
     seq_tokens = n * (max_prompt + args.max_new_tokens)
+    budget = getattr(args, "real_verl_token_budget", None)
+    if budget:  # works (b)/(c): a whole step in one micro-batch does not fit without gradient checkpointing
+        if budget < max_prompt + args.max_new_tokens:
+            raise ValueError(f"--real-verl-token-budget {budget} is less than one sequence "
+                             f"({max_prompt + args.max_new_tokens} tokens)")
+        seq_tokens = budget  # its log-prob passes follow it (log_prob_max_token_len_per_gpu interpolates it)
     out = [
         # data: our prompts in its parquet format, in order, one step = --prompts prompts
         f"data.train_files={os.path.join(data_dir, 'train.parquet')}",

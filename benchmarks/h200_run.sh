@@ -19,6 +19,18 @@
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
 #   e2e-b       the same, Qwen2.5-1.5B architecture, 32 prompts x 8 x 512 tokens
 #   e2e-c       the same, Qwen2.5-7B architecture with LoRA rank 16, 16 prompts x 8 x 512 tokens
+#               (e2e-a/-b/-c: the `defaults` rows, each system at its own defaults; E2E_STEPS timed steps, default 5)
+#   e2e-a-ll / e2e-b-ll / e2e-c-ll   the like-for-like rows of #40 (benchmarks/e2e_work.py: engine log-probs every
+#               step, no IS correction, pi_old from the update's forward, no gradient checkpointing on both sides;
+#               TRL micro-batches E2E_TRL_MB_B (16) / E2E_TRL_MB_C (8) sequences, estimated to fit beside vLLM's 0.3
+#               without checkpointing: at (b) ~2.2 MB of activations a token + fp32 logits, 16 x 550 tokens ~35 GiB);
+#               (a) and (b) also run the TRL generation probe (--trl-gen-probe E2E_PROBE: 3 replays at (a), 1 at (b),
+#               each replay 3 engine calls of ~12 s at (b))
+#   e2e-b-real / e2e-c-real (defaults) and e2e-b-real-ll / e2e-c-real-ll (expert settings: bypass_mode, FSDP2, fused
+#               kernels)  real verl alone at work (b) / (c), one dynamic micro-batch of E2E_REAL_BUDGET_B (16384) /
+#               E2E_REAL_BUDGET_C (8192) tokens (a whole step does not fit without checkpointing); its verl-vllm row
+#               is e2e-b(-ll)'s on the same machine start: `python3 benchmarks/e2e_report.py merge` the two JSONs.
+#               e2e-a-real-ll: real verl's expert settings beside verl-vllm like-for-like at (a)
 #   agent-demo  (the model's wheel parts in /root/mp) examples/agent_calculator.yaml for AGENT_MINUTES (default 6) on
 #               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
 #               then `verl plot`; agent-demo-bg runs it in the background beside the next stages, after
@@ -123,7 +135,22 @@
 #     stage); recipe-hf at the same minutes as recipe-vllm (2.25)
 #   #21 (resolved in session 9): nothing required.
 #   #22 (resolved): sgl-tests-runs at the current commit when SGLang's code changes
-# verl runs with its default settings in every e2e stage (no micro-batch or packing flags).
+# Issue #40 (written 2026-12-03 on a CPU, nothing of it run on the GPU yet). Estimates from the timings above: a
+# machine start + staging .gpuwheels + install + versions ~155 s; e2e-a(-ll) ~240 s each (two systems ~110 s each,
+# mostly start-up; 5 timed steps add ~5 s); e2e-b(-ll) ~420 s each (verl 183 s at 3 steps + 3 x 6 s; TRL ~100 s start
+# + 6 x 19 s, + 36 s of probe in -ll); e2e-c(-ll) ~400 s each (298 s at 3 steps); .gpuwheels-realverl 20 parts
+# ~115 s + realverl-install 50; real verl alone at (b) or (c) ~450-540 s each (388 s of start-up at (a), a larger
+# model loads longer; never measured: if it runs out of its 530 s, E2E_STEPS=3 for it). Each command BUDGET_S=570,
+# one stage a command, back to back (a gap > 30 s loses the machine). 30 minutes of device time a session:
+#   session 1 (machine start 1): stage + install, versions (155); e2e-a-ll (240); e2e-b-ll (420); e2e-c-ll (400);
+#             e2e-a (240): ~1,455 s
+#   session 2 (machine start 2): the same with E2E_TAG=_run2: ~1,455 s (item 4: two machine starts); then
+#             `python3 benchmarks/e2e_report.py merge` each pair (e2e_X_ll/e2e_grpo.json e2e_X_ll_run2/e2e_grpo.json)
+#   session 3: stage + install (155); realverl staging + install (165); e2e-b-real-ll (540); e2e-b-ll (420) for the
+#             same-machine verl row: ~1,280 s; + e2e-b (420) if time is left
+#   session 4: as session 3 for (c): e2e-c-real-ll, e2e-c-ll; then e2e-b-real (defaults) if time is left
+#   e2e-b / e2e-c (defaults, 5 steps) and the second real-verl machine start need a fifth session.
+# verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
 set -u
@@ -255,6 +282,20 @@ big_model() {  # big-full-ARCH | big-lora-ARCH: does GRPO with vLLM colocated tr
         ${BIG_CACHE:+--cache $BIG_CACHE}  # BIG_CACHE: where the random checkpoint goes (/dev/shm: host memory, not disk)
 }
 
+# The three works of the e2e comparison (#19, #40), and the runner of their stages: E2E_STEPS timed steps (default
+# 5, #40 item 4) after 1 warm-up, each system under PER_SYSTEM_TIMEOUT, results in $W/<name>$E2E_TAG (E2E_TAG=_run2 on
+# a second machine start; then `python3 benchmarks/e2e_report.py merge` of the two JSONs).
+WORK_A="--prompts 16 --group 8 --max-new-tokens 128"
+WORK_B="--arch qwen2-1.5b --prompts 32 --group 8 --max-new-tokens 512"
+WORK_C="--arch qwen2-7b --lora-rank 16 --prompts 16 --group 8 --max-new-tokens 512"
+e2e_run() {  # e2e_run NAME NEED_S PER_SYSTEM_TIMEOUT ARGS...
+    local name=$1 need=$2 tmo=$3 dir
+    shift 3
+    dir="$W/${name//-/_}${E2E_TAG:-}"
+    stage "$name" "$need" $PY benchmarks/e2e_grpo.py --device cuda --steps "${E2E_STEPS:-5}" --warmup 1 --timeout "$tmo" \
+        --out "$dir" --logs "$dir" "$@"
+}
+
 export PY W ROOT SGL_PATH
 export -f fetch_smollm2 keep_run agent_demo sgl_learn sgl_multi_turn_test
 
@@ -292,15 +333,23 @@ print(info)" ;;
                    --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here; gguf neither (models fetch: CPU tests)
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
                    --n 4 --max_new_tokens 256 --repeats 3 --skip_hf --sleep --out "$W/rollout_h200.json" ;;
-        e2e-a) stage e2e-a 240 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm $SGL_SYSTEMS \
-                   --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 240 --out "$W/e2e_a" \
-                   --logs "$W/e2e_a" --sglang-pythonpath /tmp/sgl ;;
-        e2e-b) stage e2e-b 360 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b \
-                   --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 300 --out "$W/e2e_b" \
-                   --logs "$W/e2e_b" ;;
-        e2e-c) stage e2e-c 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-7b \
-                   --lora-rank 16 --prompts 16 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 400 \
-                   --out "$W/e2e_c" --logs "$W/e2e_c" ;;
+        e2e-a) e2e_run e2e-a 250 240 --systems verl-vllm trl-vllm $SGL_SYSTEMS $WORK_A --sglang-pythonpath /tmp/sgl ;;
+        e2e-b) e2e_run e2e-b 440 320 --systems verl-vllm trl-vllm $WORK_B ;;
+        e2e-c) e2e_run e2e-c 420 320 --systems verl-vllm trl-vllm $WORK_C ;;
+        e2e-a-ll) e2e_run e2e-a-ll 250 240 --systems verl-vllm trl-vllm --work like-for-like $WORK_A \
+                   --trl-gen-probe ${E2E_PROBE:-3} ;;
+        e2e-b-ll) e2e_run e2e-b-ll 440 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_B \
+                   --trl-micro-batch ${E2E_TRL_MB_B:-16} --trl-gen-probe ${E2E_PROBE:-1} ;;
+        e2e-c-ll) e2e_run e2e-c-ll 420 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_C \
+                   --trl-micro-batch ${E2E_TRL_MB_C:-8} ;;
+        e2e-b-real|e2e-b-real-ll|e2e-c-real|e2e-c-real-ll)  # real verl alone (its verl-vllm row: e2e-b(-ll) on this machine)
+                   W_ARGS=$WORK_B; BUDGET_T=${E2E_REAL_BUDGET_B:-16384}
+                   [ "${s:4:1}" = c ] && { W_ARGS=$WORK_C; BUDGET_T=${E2E_REAL_BUDGET_C:-8192}; }
+                   MODE=defaults; [ "${s%-ll}" != "$s" ] && MODE=like-for-like
+                   e2e_run "$s" 540 530 --systems real-verl --work $MODE $W_ARGS --real-verl-pythonpath /tmp/realverl \
+                   --real-verl-token-budget $BUDGET_T ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
+        e2e-a-real-ll) e2e_run e2e-a-real-ll 300 420 --systems real-verl verl-vllm --work like-for-like $WORK_A \
+                   --real-verl-pythonpath /tmp/realverl ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         agent-demo) stage agent-demo $(( ${AGENT_MINUTES:-6} * 60 + 90 )) agent_demo ;;
         agent-demo-bg) background agent-demo ${AGENT_DELAY_S:-0} agent_demo ;;
         fetch) stage fetch 60 fetch_smollm2 ;;
@@ -314,9 +363,7 @@ print(info)" ;;
                    --no-compile --no-cache-dir --upgrade --target /tmp/realverl /root/rw/*.whl && ls /root/rw | wc -l && \
                    cd /tmp && env PYTHONPATH=/tmp/realverl python3 -c 'import verl, vllm, hydra, transformers; \
                    print(verl.__file__, verl.__version__, vllm.__version__, hydra.__version__, transformers.__version__)'" ;;
-        e2e-a-real) stage e2e-a-real 300 $PY benchmarks/e2e_grpo.py --device cuda --systems real-verl verl-vllm \
-                   --prompts 16 --group 8 --max-new-tokens 128 --steps 3 --warmup 1 --timeout 420 --out "$W/e2e_a_real" \
-                   --logs "$W/e2e_a_real" --real-verl-pythonpath /tmp/realverl \
+        e2e-a-real) e2e_run e2e-a-real 300 420 --systems real-verl verl-vllm $WORK_A --real-verl-pythonpath /tmp/realverl \
                    ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         sgl-probe) stage sgl-probe 60 env PYTHONPATH=$SGL_PATH $PY -c "
 import inspect, json, sglang

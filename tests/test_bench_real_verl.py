@@ -8,6 +8,8 @@ import importlib.util
 import os
 import sys
 
+import pytest
+
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
@@ -128,6 +130,14 @@ def test_override_line_like_for_like():
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "actor_rollout_ref.actor.strategy=fsdp",
     ]
+
+
+def test_token_budget():
+    line = e2e_real_verl.real_verl_overrides(_args("--real-verl-token-budget", "16384"), "/m", "/d", "/d/r.py", 40)
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384" in line
+    assert sum(o.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for o in line) == 1
+    with pytest.raises(ValueError, match="less than one sequence"):  # 48 + 128 tokens
+        e2e_real_verl.real_verl_overrides(_args("--real-verl-token-budget", "100"), "/m", "/d", "/d/r.py", 40)
 
 
 LOG = """ray init kwargs: {'num_cpus': None}
