@@ -91,8 +91,12 @@ def table_columns(rows: list[dict]) -> list[str]:
 
 def caption_notes(rows: list[dict]) -> str:
     """What each row computed, one line per (system, work) (the captions are too long for a table column)."""
-    return "What each row computed:\n\n" + "\n".join(
-        f"- {r['system']} ({r.get('work', 'defaults')}): {r['caption']}" for r in rows if r.get("caption"))
+    lines = [f"- {r['system']} ({r.get('work', 'defaults')}): {r['caption']}" for r in rows if r.get("caption")]
+    for r in rows:  # #40 item 6: TRL's generation call against its own engine call replayed (trl_generation_probe.py)
+        if r.get("gen_probe"):
+            lines.append(f"- {r['system']} ({r.get('work', 'defaults')}) generation probe: "
+                         + ", ".join(f"{k} {v}" for k, v in r["gen_probe"].items() if k != "sampling_params"))
+    return "What each row computed:\n\n" + "\n".join(lines)
 
 
 def merge_rows(results: list[dict]) -> list[dict]:

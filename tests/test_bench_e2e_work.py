@@ -133,6 +133,10 @@ def test_ratios_stay_within_one_work_mode():
     e2e_report.add_ratios(rows)
     assert rows[0]["x_trl_vllm"] == 3.0 and "x_real_verl" not in rows[0]
     assert rows[2]["x_trl_vllm"] == 2.0 and rows[2]["x_real_verl"] == 4.0
+    rows[3].update(caption="t", gen_probe=dict(trl_generate_s=1.5, replay_same_params_s=0.5, sampling_params="x"))
+    notes = e2e_report.caption_notes(rows)
+    assert "- trl-vllm (like-for-like): t" in notes and "trl_generate_s 1.5, replay_same_params_s 0.5" in notes
+    assert "sampling_params" not in notes
 
 
 def _run(step_s, step_min, step_max, trl_s, caption="c"):
