@@ -44,6 +44,25 @@ def test_chat_template_for_qwen2_not_for_gpt2(gpt2_tok, qwen_tok):
     assert render_prompt("I love", qwen_tok, DataConfig(apply_chat_template=False)) == "I love"
 
 
+def test_chat_template_kwargs_reach_the_template(qwen_tok):
+    # a Qwen3-style switch: the template opens an empty think block when enable_thinking is false
+    import copy
+
+    from verl.rollout.turn_template import TurnTemplate
+
+    tok = copy.copy(qwen_tok)
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n"
+                         "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+                         "{% endif %}")
+    off = DataConfig(chat_template_kwargs={"enable_thinking": False})
+    assert render_prompt("2+2?", tok, off).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render_prompt("2+2?", tok, DataConfig()).endswith("<|im_start|>assistant\n")
+    # the multi-turn template renders later turns with the same arguments
+    turns = TurnTemplate(tok, chat=True, template_kwargs={"enable_thinking": False})
+    assert turns._render([{"role": "user", "content": "x"}], generation_prompt=True).endswith("</think>\n\n")
+
+
 def test_system_prompt(gpt2_tok, qwen_tok):
     cfg = DataConfig(system_prompt="Be brief.")
     assert render_prompt("Hi", qwen_tok, cfg).startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi")

@@ -87,3 +87,11 @@ def test_a_cispo_line_trains_a_step(base, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     step = [r for r in rows if "actor/pg_loss" in r][-1]
     assert math.isfinite(step["actor/pg_loss"]) and step["actor/pg_clipfrac"] >= 0
+
+
+def test_chat_template_kwargs_map(base):
+    # real verl's +data.apply_chat_template_kwargs.enable_thinking=False (Qwen3 scripts): passed to the template
+    cfg = load_translated(translate(base + ["+data.apply_chat_template_kwargs.enable_thinking=False"]))
+    assert cfg.data.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ConfigError, match="apply_chat_template_kwargs"):
+        translate(base + ["data.apply_chat_template_kwargs=thinking"])

@@ -377,6 +377,16 @@ OPTIMIZER_MEMORY_ONLY = ("foreach", "fused", "optimizer_offload_fraction", "over
                          "use_precision_aware_optimizer", "optimizer_cpu_offload")
 
 
+def _template_kwargs(value, key: str) -> dict:
+    """data.apply_chat_template_kwargs: a mapping of the template's extra arguments (null: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}={value!r}: expected a mapping of chat-template arguments, e.g. "
+                          f"{{enable_thinking: false}}")
+    return dict(value)
+
+
 def _override_optimizer(value, ctx, key):
     for name in dict(value or {}):
         if name not in OPTIMIZER_MEMORY_ONLY:
@@ -536,7 +546,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
     ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
-    ("data.apply_chat_template_kwargs", only({}, None, why="extra chat-template arguments", dict_value=True)),
+    ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", _template_kwargs, dict_value=True,
+                                          note="passed to the chat template (e.g. enable_thinking)")),
     ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
     # ---- actor_rollout_ref.model
     (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": _path(v)}, "model.name",

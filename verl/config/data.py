@@ -23,6 +23,9 @@ class DataConfig(Section):
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     apply_chat_template: bool = True  # when the tokenizer has one
+    # extra arguments of the chat template, e.g. {enable_thinking: false} for Qwen3 (real verl's
+    # data.apply_chat_template_kwargs); the template reads them, a template that does not ignores them
+    chat_template_kwargs: dict = key(factory=dict)
     system_prompt: Optional[str] = None
     max_prompt_length: int = key(128, ge=1)
     truncation: str = key("filter", choices=("filter", "left", "right", "error"))

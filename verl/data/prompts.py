@@ -104,7 +104,7 @@ def render_prompt(prompt: Any, tokenizer, data_cfg, tools: Optional[list] = None
         messages = [{"role": "system", "content": data_cfg.system_prompt}] + messages
     if uses_chat_template(tokenizer, data_cfg):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             **({"tools": tools} if tools else {}))
+                                             **({"tools": tools} if tools else {}), **data_cfg.chat_template_kwargs)
     if isinstance(prompt, str) and len(messages) == 1:
         return prompt
     return "\n".join(str(m["content"]) for m in messages)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
@@ -74,11 +75,12 @@ class Trajectory:
 
 
 class MultiTurnRollout(RolloutEngine):
-    def __init__(self, engine: RolloutEngine, tokenizer, rollout_cfg, chat: bool, tools=(), environment=None):
+    def __init__(self, engine: RolloutEngine, tokenizer, rollout_cfg, chat: bool, tools=(), environment=None,
+                 template_kwargs: Optional[dict] = None):
         self.engine = engine
         self.tokenizer = tokenizer
         self.cfg = rollout_cfg.multi_turn
-        self.turns = TurnTemplate(tokenizer, chat)
+        self.turns = TurnTemplate(tokenizer, chat, template_kwargs)  # data.chat_template_kwargs, as the prompt's
         self.environment_cls = environment
         self.runner = ToolRunner(list(tools), timeout_s=self.cfg.tool_timeout_s, max_workers=self.cfg.tool_workers,
                                  max_output_chars=self.cfg.max_tool_output_chars) if tools else None
@@ -371,4 +373,4 @@ def build_multi_turn(engine: RolloutEngine, tokenizer, config) -> MultiTurnRollo
     tools = load_tools(r.tools) if r.tools else []
     env = load_environment(r.environment) if r.environment else None
     return MultiTurnRollout(engine, tokenizer, r, chat=uses_chat_template(tokenizer, config.data), tools=tools,
-                            environment=env)
+                            environment=env, template_kwargs=config.data.chat_template_kwargs)

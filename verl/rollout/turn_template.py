@@ -15,13 +15,16 @@ template gets plain markers ("\n<tool_response>\n...\n</tool_response>\n").
 
 from __future__ import annotations
 
+from typing import Optional
+
 _USER, _ANSWER = "Q", "A"
 
 
 class TurnTemplate:
-    def __init__(self, tokenizer, chat: bool):
+    def __init__(self, tokenizer, chat: bool, template_kwargs: Optional[dict] = None):
         self.tokenizer = tokenizer
         self.chat = chat
+        self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs (e.g. enable_thinking)
         self.close_ids: list[int] = []
         if chat:
             base = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ANSWER}])
@@ -57,7 +60,8 @@ class TurnTemplate:
 
     # ----------------------------------------------------------------- helpers
     def _render(self, messages, generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                  **self.template_kwargs)
 
     def _delta(self, extra: list[dict]) -> list[int]:
         full = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ANSWER}] + extra,
