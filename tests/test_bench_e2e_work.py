@@ -209,3 +209,16 @@ def test_generation_probe_replays_the_exact_call():
         probe.unique_prompts(prompts[:5], 2)
     with pytest.raises(RuntimeError, match="no engine call"):
         probe.replay(probe.EngineCallRecorder(_Engine()), 2, 1)
+
+
+def test_grpo_config_takes_the_kwargs():
+    """Where TRL is importable (its wheel on PYTHONPATH; not in the test extras): GRPOConfig accepts every keyword,
+    and like-for-like lands on TRL's no-old-log-prob-pass branch (grpo_trainer.py: the pass runs when
+    gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0 or the IS correction is on)."""
+    trl = pytest.importorskip("trl")
+    for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"])):
+        c = trl.GRPOConfig(**e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", work, *extra), "cpu", "/tmp/o"))
+        assert c.generation_batch_size == 256  # one generation of all completions per optimizer step
+        old_pass = (c.gradient_accumulation_steps % (c.steps_per_generation * c.num_iterations) != 0
+                    or c.vllm_importance_sampling_correction)
+        assert old_pass is (work == "defaults") and c.gradient_checkpointing is (work == "defaults")
