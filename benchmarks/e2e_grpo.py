@@ -102,7 +102,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import e2e_report  # noqa: E402
 import e2e_work  # noqa: E402
-from e2e_real_verl import REAL_VERL_NOTES, worker_real_verl  # noqa: E402
+from e2e_real_verl import real_verl_notes, worker_real_verl  # noqa: E402
 from e2e_report import summarize  # noqa: E402,F401  (the row builder; tests read it from here)
 from e2e_trl import worker_trl  # noqa: E402  (imports TRL only when called)
 
@@ -325,7 +325,7 @@ def _report(args, info, rows, quiet=False):
              f"processes in those stages (memory_gb/device/*, NVML)"
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
-             + (f"; {REAL_VERL_NOTES}" if "real-verl" in args.systems else "") + ".\n\n"
+             + (f"; {real_verl_notes(args)}" if "real-verl" in args.systems else "") + ".\n\n"
              + e2e_report.caption_notes(rows))
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)

@@ -59,6 +59,12 @@ REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
 # real verl's fastest path here (flash-attn, which remove-padding wants, has no PyPI wheel, verl issue #6662), and
 # that strategy=fsdp2 / use_fused_kernels would not change the ratio much (not tried: --real-verl-set); the float32
 # and LoRA keys (works (b) and (c) did not run on real verl).
+# Issue #40 (2026-12-03, CPU only): --work like-for-like appends e2e_work.REAL_VERL_LIKE_FOR_LIKE (bypass_mode with
+# calculate_log_probs, FSDP2, use_fused_kernels, no checkpointing) and --real-verl-token-budget replaces the one
+# micro-batch of a whole step. Checked on a CPU with hydra-core 1.3.8 against the 0.9.1 wheel's ppo_trainer.yaml
+# (compose API, by hand): both lines compose, a repeated key takes its last value (strategy fsdp2, the ref's too by
+# interpolation; log_prob_max_token_len_per_gpu follows ppo_max_token_len_per_gpu). Not checked: that fused kernels
+# run without remove-padding, and real verl's LoRA rollout with load_format dummy.
 REAL_VERL_DATA_SOURCE = "e2e_grpo"
 # Renders the user message as plain text, as our verl (apply_chat_template false) and TRL see the prompt. No quotes
 # inside: the value travels as a single-quoted Hydra string.
@@ -75,9 +81,15 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     """verl 0.9's per-sample signature (NaiveRewardManager passes these by keyword)."""
     return float(_reward.reward([None], [solution_str], [None])[0])
 '''
-REAL_VERL_NOTES = ("real-verl: PyPI verl 0.9.1 (vLLM 0.24.0) via python3 -m verl.trainer.main_ppo, SDPA attention "
-                   "without remove-padding (no flash-attn wheel), no gradient checkpointing, one dynamic micro-batch per "
-                   "step, vLLM with CUDA graphs and ignore_eos, no engine sleep; step_s = its timing_s/step")
+
+
+def real_verl_notes(args) -> str:
+    """The table's note on the real-verl rows of this run (the work modes' differences: their captions)."""
+    budget = getattr(args, "real_verl_token_budget", None)
+    return ("real-verl: PyPI verl 0.9.1 (vLLM 0.24.0) via python3 -m verl.trainer.main_ppo, SDPA attention without "
+            "remove-padding (no flash-attn wheel), no gradient checkpointing, "
+            + (f"dynamic micro-batches of {budget} tokens" if budget else "one dynamic micro-batch per step")
+            + ", vLLM with CUDA graphs and ignore_eos, no engine sleep; step_s = its timing_s/step")
 
 
 def real_verl_rows(prompts: list[str], split: str) -> list[dict]:

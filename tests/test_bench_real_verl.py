@@ -136,6 +136,8 @@ def test_token_budget():
     line = e2e_real_verl.real_verl_overrides(_args("--real-verl-token-budget", "16384"), "/m", "/d", "/d/r.py", 40)
     assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384" in line
     assert sum(o.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for o in line) == 1
+    assert "micro-batches of 16384 tokens" in e2e_real_verl.real_verl_notes(_args("--real-verl-token-budget", "16384"))
+    assert "one dynamic micro-batch per step" in e2e_real_verl.real_verl_notes(_args())
     with pytest.raises(ValueError, match="less than one sequence"):  # 48 + 128 tokens
         e2e_real_verl.real_verl_overrides(_args("--real-verl-token-budget", "100"), "/m", "/d", "/d/r.py", 40)
 
