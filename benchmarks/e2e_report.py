@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 
-COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "runs", "runs_min_s",
+COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "engine_logprob_steps", "runs", "runs_min_s",
            "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl", "x_best_trl",
            "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
            "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib", "device_rollout_gib",
@@ -48,6 +48,9 @@ def summarize(system: str, result: dict, args) -> dict:
         med = {k: round(statistics.median(s["stages"].get(k, 0.0) for s in steps), 3) for k in names}
         row.update(rollout_s=med.get("rollout"), old_logprob_s=med.get("old_log_prob"),
                    update_s=med.get("update_actor", med.get("rest")), sync_s=med.get("update_weights"), stages=med)
+    if any("engine" in s for s in steps):  # verl on vLLM/SGLang: the timed steps whose engine returned log-probs
+        # (their check, rollout/logprob_diff): the like-for-like caption says every step, defaults 1 in 10
+        row["engine_logprob_steps"] = sum("rollout/logprob_diff" in s.get("engine", {}) for s in steps)
     if steps and steps[0].get("engine"):  # verl-vllm: sleep/wake seconds and memory freed, log-prob diff
         names = steps[0]["engine"].keys()
         row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
@@ -123,6 +126,8 @@ def merge_rows(results: list[dict]) -> list[dict]:
             vals = [r[col] for r in rs if r.get(col) is not None]
             if vals:
                 row[col] = round(statistics.median(vals), 3)
+        if any("engine_logprob_steps" in r for r in rs):
+            row["engine_logprob_steps"] = sum(r.get("engine_logprob_steps", 0) for r in rs)
         captions = {r.get("caption") for r in rs}
         if len(captions) > 1:  # runs of different work under one name would make a meaningless median
             raise ValueError(f"{system} ({work}): the runs' captions differ: {sorted(map(str, captions))}")

@@ -124,6 +124,11 @@ def test_summarize_gives_median_and_spread():
     assert (row["step_s"], row["step_min_s"], row["step_max_s"]) == (3.0, 1.0, 5.0)
     assert row["step_iqr_s"] == 2.0  # quartiles 2 and 4 of 1..5
     assert e2e_report.spread([2.5])["iqr"] == 0.0
+    assert "engine_logprob_steps" not in row  # no engine metrics (TRL): nothing to count
+    steps = _steps([9.0, 1.0, 2.0, 3.0])
+    for i, s in enumerate(steps):
+        s["engine"] = {"rollout/engine_call_s": 0.5, **({"rollout/logprob_diff": 0.004} if i in (0, 2) else {})}
+    assert e2e_report.summarize("verl-vllm", dict(steps=steps), args)["engine_logprob_steps"] == 1  # warm-up not
 
 
 def test_ratios_stay_within_one_work_mode():
@@ -142,7 +147,7 @@ def test_ratios_stay_within_one_work_mode():
 def _run(step_s, step_min, step_max, trl_s, caption="c"):
     return dict(machine=dict(date="d", gpu="H200"), rows=[
         dict(system="verl-vllm", work=LL, step_s=step_s, step_min_s=step_min, step_max_s=step_max, steps_timed=5,
-             tokens_per_step=1000, rollout_s=step_s / 2, caption=caption),
+             tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption),
         dict(system="trl-vllm", work=LL, step_s=trl_s, steps_timed=5, tokens_per_step=1000, caption="t"),
         dict(system="real-verl", error="timeout after 420s")])
 
@@ -152,7 +157,7 @@ def test_merge_two_runs(tmp_path):
     verl = next(r for r in rows if r["system"] == "verl-vllm")
     assert verl["step_s"] == 1.5 and (verl["runs_min_s"], verl["runs_max_s"]) == (1.0, 2.0)  # median of medians
     assert (verl["step_min_s"], verl["step_max_s"], verl["steps_timed"], verl["runs"]) == (0.9, 2.5, 10, 2)
-    assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75
+    assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75 and verl["engine_logprob_steps"] == 10
     assert verl["x_trl_vllm"] == round(667 / 286, 2)  # TRL: 1000 / 3.5 s
     assert [r["system"] for r in rows] == ["verl-vllm", "trl-vllm"]  # a failed row has nothing to merge
     with pytest.raises(ValueError, match="captions differ"):
