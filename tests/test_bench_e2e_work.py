@@ -217,10 +217,10 @@ def test_generation_probe_replays_the_exact_call():
 
 
 def test_grpo_config_takes_the_kwargs():
-    """Where TRL is importable (its wheel on PYTHONPATH; not in the test extras): GRPOConfig accepts every keyword,
+    """TRL 1.16 (a test extra): its real GRPOConfig accepts every keyword,
     and like-for-like lands on TRL's no-old-log-prob-pass branch (grpo_trainer.py: the pass runs when
     gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0 or the IS correction is on)."""
-    trl = pytest.importorskip("trl")
+    import trl  # installed by scripts/install_cpu.sh --test (pyproject test extra)
     for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"])):
         c = trl.GRPOConfig(**e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", work, *extra), "cpu", "/tmp/o"))
         assert c.generation_batch_size == 256  # one generation of all completions per optimizer step
