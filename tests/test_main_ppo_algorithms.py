@@ -95,3 +95,44 @@ def test_chat_template_kwargs_map(base):
     assert cfg.data.chat_template_kwargs == {"enable_thinking": False}
     with pytest.raises(ConfigError, match="apply_chat_template_kwargs"):
         translate(base + ["data.apply_chat_template_kwargs=thinking"])
+
+
+def test_model_override_config_reaches_the_actor_and_the_engine(base, tmp_path):
+    # gmpo_trainer/test_dapo_7b_math.sh: +actor_rollout_ref.model.override_config.max_position_embeddings=32768.
+    # tiny:llama allows 512 positions: 500 prompt + 20 response tokens only fit with the override.
+    import torch
+
+    from verl.models.loading import check_context_length, load_causal_lm
+    from verl.models.tiny import resolve_model_name
+    from verl.rollout.in_process import engine_start_args
+
+    line = [x for x in base if not x.startswith(("actor_rollout_ref.model.path", "data.max_"))]
+    line += ["actor_rollout_ref.model.path=tiny:llama", "data.max_prompt_length=500", "data.max_response_length=20"]
+    with pytest.raises(ConfigError, match="at most 512"):
+        check_context_length(load_translated(translate(line)))
+    cfg = load_translated(translate(line + ["+actor_rollout_ref.model.override_config.max_position_embeddings=1024"]))
+    assert cfg.model.override_config == {"max_position_embeddings": 1024}
+    check_context_length(cfg)  # 520 <= 1024 now
+    model = load_causal_lm(cfg.model, torch.float32)
+    assert model.config.max_position_embeddings == 1024
+    # the engine starts from an exported folder whose config.json carries the override, not the original folder
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_name("tiny:llama"))
+    path = engine_start_args(model, tokenizer, cfg)["model_path"]
+    assert path != resolve_model_name("tiny:llama")
+    assert json.load(open(f"{path}/config.json"))["max_position_embeddings"] == 1024
+    with pytest.raises(ConfigError, match="model.override_config.max_positon_embeddings: not a field"):
+        check_context_length(load_translated(translate(line + [
+            "+actor_rollout_ref.model.override_config.max_positon_embeddings=1024"])))
+
+
+def test_an_override_that_changes_weight_shapes_is_one_line(base):
+    # GPT-2 learns its position embeddings: more positions would need a bigger wpe matrix than the checkpoint's
+    import torch
+
+    from verl.models.loading import ModelLoadError, load_causal_lm
+
+    cfg = load_translated(translate(base + ["+actor_rollout_ref.model.override_config.max_position_embeddings=1024"]))
+    with pytest.raises(ModelLoadError, match="model.override_config: max_position_embeddings changes the shape"):
+        load_causal_lm(cfg.model, torch.float32)

@@ -377,14 +377,16 @@ OPTIMIZER_MEMORY_ONLY = ("foreach", "fused", "optimizer_offload_fraction", "over
                          "use_precision_aware_optimizer", "optimizer_cpu_offload")
 
 
-def _template_kwargs(value, key: str) -> dict:
-    """data.apply_chat_template_kwargs: a mapping of the template's extra arguments (null: none)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key}={value!r}: expected a mapping of chat-template arguments, e.g. "
-                          f"{{enable_thinking: false}}")
-    return dict(value)
+def _mapping(example: str):
+    """A value check for keys whose value is a mapping passed on as it is (null: none); `example` shows one."""
+    def convert(value, key: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r}: expected a mapping, e.g. {example}")
+        return dict(value)
+
+    return convert
 
 
 def _override_optimizer(value, ctx, key):
@@ -546,7 +548,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
     ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
-    ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", _template_kwargs, dict_value=True,
+    ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", _mapping("{enable_thinking: false}"),
+                                          dict_value=True,
                                           note="passed to the chat template (e.g. enable_thinking)")),
     ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
     # ---- actor_rollout_ref.model
@@ -564,7 +567,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
                                             "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
-    (f"{ARR}.model.override_config", only({}, None, why="changing the model's config", dict_value=True)),
+    (f"{ARR}.model.override_config", to("model.override_config", _mapping("{max_position_embeddings: 32768}"),
+                                        dict_value=True,
+                                        note="config.json fields replaced for the actor, reference and engine")),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
     (f"{ARR}.model.use_shm", ignored(_ENGINE)),
     (f"{ARR}.model.use_liger", ignored("fused kernels: " + _ENGINE)),

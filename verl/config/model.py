@@ -28,6 +28,10 @@ class ModelConfig(Section):
     name: str = "tiny:gpt2"
     tokenizer: Optional[str] = None  # defaults to `name`
     gguf_file: Optional[str] = None  # a .gguf file inside `name` (or an absolute path)
+    # Fields of the model's config.json replaced at load, e.g. {max_position_embeddings: 32768} or a
+    # rope_scaling (real verl's actor_rollout_ref.model.override_config): the actor, its reference and the
+    # rollout engine (which then starts from an exported folder with the same config) all see them
+    override_config: dict = key(factory=dict)
     # The compute dtype of the trained copy (master weights stay float32; see mixed_precision) and the
     # engine's dtype. auto: bfloat16 on a CUDA device that supports it (what real verl and TRL compute
     # in), float32 elsewhere (the CPU, where bf16 matmuls are slower and rounding hurts tiny models).
@@ -56,6 +60,8 @@ class ModelConfig(Section):
     lora: LoraConfig = key(factory=LoraConfig)
 
     def validate(self, path: str) -> None:
+        if self.override_config and self.gguf_file:
+            raise ConfigError(f"{path}.override_config: not with {path}.gguf_file (the GGUF file fixes its config)")
         if self.use_flash_attention and self.attn_implementation not in ("auto", "flash_attention_2"):
             raise ConfigError(f"{path}.use_flash_attention: true contradicts {path}.attn_implementation: "
                               f"{self.attn_implementation}; keep one of them")

@@ -153,6 +153,11 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
                   attn_implementation=attn_implementation(model_cfg, device_type))
     try:
         with phase(f"loading {key} '{name}'"):
+            if model_cfg.override_config:  # the config read, overridden (model_max_positions checked the fields)
+                from transformers import AutoConfig
+
+                config = AutoConfig.from_pretrained(path, trust_remote_code=model_cfg.trust_remote_code)
+                kwargs["config"] = override_config(config, model_cfg.override_config)
             if model_cfg.gguf_file:
                 from verl.models.gguf import load_gguf_model
 
@@ -160,6 +165,10 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
             else:
                 model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
+        if model_cfg.override_config and "mismatched_sizes" in str(exc):  # e.g. GPT-2's learned positions
+            raise ModelLoadError(f"model.override_config: {', '.join(model_cfg.override_config)} changes the shape "
+                                 f"of weights the {key} checkpoint holds (it no longer fits); only fields that "
+                                 "leave the weights as they are can be overridden") from None
         raise load_error(exc, name, path, key, "a causal LM", "model.trust_remote_code") from None
     disable_dropout(model)
     return model
@@ -168,8 +177,22 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
 POSITION_KEYS = ("n_positions", "max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx")
 
 
+def override_config(config, overrides: dict):
+    """`config` (a transformers config) with the fields of `overrides` replaced (model.override_config); a
+    field found only on its text config (a vision-language model's) is set there. An unknown field is a
+    ConfigError: a misspelt override would otherwise be ignored by transformers."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for field, value in overrides.items():
+        owner = config if hasattr(config, field) else text if hasattr(text, field) else None
+        if owner is None:
+            raise ConfigError(f"model.override_config.{field}: not a field of the model's config "
+                              f"({type(config).__name__})")
+        setattr(owner, field, value)
+    return config
+
+
 def model_max_positions(name: str, key: str = "model.name", trust_remote_code: bool = False,
-                        gguf_file=None) -> tuple[int | None, str | None]:
+                        gguf_file=None, overrides: dict | None = None) -> tuple[int | None, str | None]:
     """(the most positions the model's config allows, the config field that says so), read from
     its config alone (no weights); (None, None) when the config does not say or cannot be read
     here (loading the model then reports why)."""
@@ -183,8 +206,10 @@ def model_max_positions(name: str, key: str = "model.name", trust_remote_code: b
         config = AutoConfig.from_pretrained(path, **kwargs)
     except Exception:  # noqa: BLE001 - the model load that follows names the problem
         return None, None
+    if overrides:
+        config = override_config(config, overrides)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    saved = text.to_dict()  # the names as written in config.json (GPT-2's n_positions, not its alias)
+    saved = text.to_dict()  # the names as written in config.json (GPT-2's n_positions, not its alias), overridden
     for field in POSITION_KEYS:
         value = saved.get(field, getattr(text, field, None))
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -198,7 +223,7 @@ def check_context_length(cfg) -> None:
     range in self`) and a rotary one runs where it was never trained. One ConfigError naming both
     keys and the model's limit, before any weights load."""
     m = cfg.model
-    limit, field = model_max_positions(m.name, "model.name", m.trust_remote_code, m.gguf_file)
+    limit, field = model_max_positions(m.name, "model.name", m.trust_remote_code, m.gguf_file, m.override_config)
     r = cfg.rollout
     budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
     need = cfg.data.max_prompt_length + r.response_budget

@@ -81,8 +81,8 @@ def engine_start_args(model, tokenizer, config) -> dict:
     from verl.models.tiny import resolve_model_name
 
     path = resolve_model_name(config.model.name)
-    if config.model.gguf_file or not os.path.isdir(path):
-        path = export_hf_folder(model, tokenizer)
+    if config.model.gguf_file or config.model.override_config or not os.path.isdir(path):
+        path = export_hf_folder(model, tokenizer)  # its config.json is the actor's, overrides included
     batch_size = getattr(getattr(config, "training", None), "batch_size", None)
     max_num_seqs = batch_size * (config.rollout.n or 1) if batch_size else None
     args = dict(model_path=path, device=str(next(model.parameters()).device), max_num_seqs=max_num_seqs)

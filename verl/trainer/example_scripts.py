@@ -41,7 +41,9 @@ SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_pro
          "trainer.n_gpus_per_node": "1", "trainer.nnodes": "1", "trainer.total_epochs": "1",
          "trainer.total_training_steps": "1", "reward_model.reward_kwargs.max_resp_len": "4",
          "reward.reward_kwargs.max_resp_len": "4", "reward_model.reward_kwargs.overlong_buffer_cfg.len": "2",
-         "reward.reward_kwargs.overlong_buffer_cfg.len": "2"}
+         "reward.reward_kwargs.overlong_buffer_cfg.len": "2",
+         # a context size: the script's 32768 is its Qwen's, the stand-in GPT-2 learns 512 positions
+         "actor_rollout_ref.model.override_config.max_position_embeddings": "512"}
 ALWAYS = ("data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
           "actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.total_training_steps", "trainer.n_gpus_per_node")
 MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
