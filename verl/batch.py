@@ -25,6 +25,12 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.
 
+    multi_modal  one `verl.data.multimodal.MultiModalInputs` (images, the processor's tensors for
+                 them, the engine's unexpanded prompt ids) or None per sequence; empty for a
+                 text-only batch. Rows of a batch with images hold the processor's EXPANDED prompt
+                 ids in input_ids (one placeholder per image feature). The entries are immutable,
+                 so repeat (rollout.n) shares one object between a prompt's samples.
+
 Every operation (select/split/concat/repeat/to) treats all fields the same way, so a
 field added here travels everywhere without further code.
 """
@@ -38,6 +44,9 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 Tensor = torch.Tensor
+
+# List fields whose rows default to None (concat of a batch that has them with one that does not)
+_NONE_WHEN_ABSENT = ("multi_modal",)
 
 
 @dataclass
@@ -67,6 +76,7 @@ class Batch:
     group_id: list = field(default_factory=list)
     extra: list = field(default_factory=list)  # dicts
     truncated: list = field(default_factory=list)  # bool: response hit max_new_tokens
+    multi_modal: list = field(default_factory=list)  # MultiModalInputs | None (see the module doc)
 
     # ------------------------------------------------------------------ basics
     @classmethod
@@ -169,6 +179,8 @@ class Batch:
                 raise ValueError(f"Batch.concat: field '{name}' is missing in some batches")
         for name in Batch.list_fields():
             values = [getattr(b, name) for b in batches]
+            if name in _NONE_WHEN_ABSENT and any(values):  # a text-only batch's rows: None each
+                values = [v or [None] * len(b) for v, b in zip(values, batches)]
             out[name] = [x for v in values for x in v] if all(values) else []
         return Batch(**out)
 

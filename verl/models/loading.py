@@ -238,3 +238,69 @@ def disable_dropout(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+
+
+# ---------------------------------------------------------------------------
+# Vision-language models (docs/vision_language.md)
+# ---------------------------------------------------------------------------
+
+
+def is_vision_language(name: str, key: str = "model.name", trust_remote_code: bool = False) -> bool:
+    """Whether `name`'s config.json describes a vision-language model (it has a `vision_config`)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_path(name, key), trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - the model load that follows names the problem
+        return False
+    return getattr(config, "vision_config", None) is not None
+
+
+def _processor_without_video(path: str, trust_remote_code: bool):
+    """The processor of `path` built from its parts, without a video processor: transformers' Qwen2-VL
+    family video processors need torchvision, which the image-only path does not (the PIL image
+    processor is used). Only for a processor class whose video processor may be None."""
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers.processing_utils import ProcessorMixin
+
+    with open(os.path.join(path, "processor_config.json")) as fh:
+        import json
+
+        settings = json.load(fh)
+    base = getattr(transformers, settings.pop("processor_class"))
+
+    class ImageOnly(base):  # the proper-class check looks the absent video processor class up: skip None
+        def check_argument_for_proper_class(self, argument_name, argument):
+            return None if argument is None else ProcessorMixin.check_argument_for_proper_class(
+                self, argument_name, argument)
+
+    ImageOnly.__name__ = base.__name__
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    images = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return ImageOnly(image_processor=images, tokenizer=tok, video_processor=None, chat_template=tok.chat_template)
+
+
+def load_processor(name: str, key: str = "model.name", trust_remote_code: bool = False):
+    """The AutoProcessor of the vision-language model `name` (its tokenizer: `processor.tokenizer`, with a
+    pad token and left padding like load_tokenizer's). Without torchvision, a processor whose only
+    torchvision part is the video processor is built without it (images only)."""
+    from transformers import AutoProcessor
+
+    _stop_before_loading(key, name)
+    path = model_path(name, key)
+    quiet_transformers()
+    try:
+        try:
+            processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except ImportError as exc:
+            if "torchvision" not in str(exc).lower() or not os.path.exists(os.path.join(path, "processor_config.json")):
+                raise
+            processor = _processor_without_video(path, trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
+        raise load_error(exc, name, path, key, "a processor", key.split(".")[0] + ".trust_remote_code") from None
+    tok = processor.tokenizer
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return processor

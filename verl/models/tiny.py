@@ -198,20 +198,19 @@ def build_tiny_model(arch: str, out_dir: str, hidden: int = 64, layers: int = 2,
     return out_dir
 
 
-def tiny_model_path(arch: str) -> str:
-    """Path of the cached `tiny:<arch>` model, building it once (atomically) if missing."""
-    final = os.path.join(cache_root(), "tiny", f"{arch}-v{TINY_VERSION}")
-    marker = os.path.join(final, "verl_tiny.json")
-    if os.path.exists(marker):
+def cached_build(folder: str, build, marker: dict, message: str) -> str:
+    """`folder` under cache_root()/tiny, built once (atomically: in a temporary folder renamed into
+    place) by `build(tmp_dir)` when missing; `message` is printed before the build."""
+    final = os.path.join(cache_root(), "tiny", folder)
+    marker_path = os.path.join(final, "verl_tiny.json")
+    if os.path.exists(marker_path):
         return final
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{arch}-", dir=os.path.dirname(final))
-    # The one silent phase of a first run (tokenizer training + a short pretraining): say so.
-    print(f"building the tiny model tiny:{arch} once (a few seconds to a minute on a CPU; cached in {final})",
-          file=sys.stderr, flush=True)
-    build_tiny_model(arch, tmp)
+    tmp = tempfile.mkdtemp(prefix=f".{folder}-", dir=os.path.dirname(final))
+    print(f"{message} (cached in {final})", file=sys.stderr, flush=True)
+    build(tmp)
     with open(os.path.join(tmp, "verl_tiny.json"), "w") as fh:
-        json.dump({"arch": arch}, fh)
+        json.dump(marker, fh)
     try:
         os.rename(tmp, final)
     except OSError:  # another process won the race; its copy is identical
@@ -219,11 +218,21 @@ def tiny_model_path(arch: str) -> str:
     return final
 
 
+def tiny_model_path(arch: str) -> str:
+    """Path of the cached `tiny:<arch>` model, building it once (atomically) if missing."""
+    # The one silent phase of a first run (tokenizer training + a short pretraining): say so.
+    return cached_build(f"{arch}-v{TINY_VERSION}", lambda tmp: build_tiny_model(arch, tmp), {"arch": arch},
+                        f"building the tiny model tiny:{arch} once (a few seconds to a minute on a CPU)")
+
+
 def resolve_model_name(name: str) -> str:
-    """Map `tiny:<arch>` to its cached folder and a fetched model's short name (e.g.
+    """Map `tiny:<arch>` (a vision-language family of verl/models/tiny_vl.py included) to its cached folder and a fetched model's short name (e.g.
     `smollm2-135m-instruct`, see `verl models fetch`) to its folder; others pass through."""
     if name.startswith("tiny:"):
-        return tiny_model_path(name[len("tiny:"):])
+        arch = name[len("tiny:"):]
+        from verl.models.tiny_vl import TINY_VL_FAMILIES, tiny_vl_model_path
+
+        return tiny_vl_model_path(arch) if arch in TINY_VL_FAMILIES else tiny_model_path(arch)
     from verl.models.fetch import KNOWN_MODELS, is_fetched, model_dir
 
     if name in KNOWN_MODELS:
