@@ -40,6 +40,10 @@ if [[ $want_tests == 1 ]]; then
     $PY -m pip install -q --no-deps --target "$real_verl_dir" "verl==0.9.1" "tensordict==0.10.0" "pyvers==0.2.3" \
       "omegaconf==2.4.0" "hydra-core==1.3.8" "antlr4-python3-runtime==4.9.3" "codetiming==1.4.0" "pylatexenc==2.11"
   fi
+  if [[ ! -d $real_verl_dir/mathruler ]]; then
+    # real verl's geo3k scorer grades with mathruler (tests/test_main_ppo_vl.py compares ours against it)
+    $PY -m pip install -q --no-deps --target "$real_verl_dir" "mathruler==0.1.0"
+  fi
   if ! command -v chromium >/dev/null 2>&1; then
     # The HTML report test renders the page in headless Chromium.
     say "chromium (apt), for the HTML report test"

@@ -5,8 +5,8 @@ tests compare against (tests/test_algorithms_real_verl.py). Real verl's package 
     python3 tests/real_verl_oracle.py REAL_VERL_DIR cases.pt results.pt
 
 cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's registered name, ...
-tensors and settings}; results.pt: one dict per case (loss and d loss / d log_probs, or
-advantages and returns). Only real verl's public registry functions are called; nothing of its
+tensors and settings} or {"kind": "score", "data_source", "response", "ground_truth"}; results.pt:
+one dict per case (loss and d loss / d log_probs, advantages and returns, or the score). Only real verl's public registry functions are called; nothing of its
 code is copied into the project.
 """
 
@@ -62,6 +62,16 @@ def _run_adv(case):
     return {"adv": adv.detach(), "ret": ret.detach()}
 
 
+def _run_score(case):
+    """Real verl's default reward for a data_source (its default_compute_score routing and scorer)."""
+    from verl.utils.reward_score import default_compute_score
+
+    return {"score": float(default_compute_score(case["data_source"], case["response"], case["ground_truth"]))}
+
+
+RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c)}
+
+
 def main(real_verl_dir: str, cases_path: str, results_path: str) -> None:
     sys.path.insert(0, real_verl_dir)  # real verl's `verl` before ours
     import torch
@@ -71,7 +81,7 @@ def main(real_verl_dir: str, cases_path: str, results_path: str) -> None:
     if not verl.__file__.startswith(real_verl_dir):
         raise SystemExit(f"real_verl_oracle: imported {verl.__file__}, not real verl from {real_verl_dir}")
     cases = torch.load(cases_path, weights_only=False)
-    results = [(_run_loss if c["kind"] == "loss" else _run_adv)(c) for c in cases]
+    results = [RUNNERS[c["kind"]](c) for c in cases]
     torch.save(results, results_path)
 
 

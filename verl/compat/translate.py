@@ -339,7 +339,7 @@ def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
     if len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1:
         choice = next(iter(rewards.values()))
         detail = {"gsm8k": "format_score 0, strict '#### n'", "math": "format_score 0",
-                  "math_dapo": "1 right, -1 wrong"}[choice["reward_fn.type"]]
+                  "math_dapo": "1 right, -1 wrong", "geo3k": "0.9 right + 0.1 <think> format"}[choice["reward_fn.type"]]
         notes.append(f"reward: {choice['reward_fn.type']} ({detail}) for data_source {', '.join(sources)}, as real "
                      f"verl's default_compute_score")
         return choice

@@ -8,9 +8,10 @@ rule. The same table here, over our own scorers (verl.rewards.verifiable):
     lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500
                                                    math: the last \\boxed{...}
     math_dapo, math, math_dapo_reasoning, aime*    math_dapo: the last 'Answer: ...' (verl.rewards.math_dapo)
+    hiyouga/geometry3k                             geo3k: <think> format + the last \\boxed{...} (verl.rewards.geo3k)
 
 gsm8k and math score 1 for a correct answer, `format_score` (default 0, as real verl's) for a
-wrong one that has the answer format, 0 otherwise; math_dapo scores 1 or -1. A sample of any other data source is a per-sample
+wrong one that has the answer format, 0 otherwise; math_dapo scores 1 or -1; geo3k 0.9 x correct + 0.1 x formatted. A sample of any other data source is a per-sample
 error naming it (real verl raises NotImplementedError there); `on_error` decides.
 The manager reports each data source's mean as `reward/<data_source>/mean`.
 """
@@ -32,6 +33,7 @@ DEFAULT_SCORERS = {
     "DigitalLearningGmbH/MATH-lighteval": ("math", {}),
     "HuggingFaceH4/MATH-500": ("math", {}),
     "math_dapo": ("math_dapo", {}), "math": ("math_dapo", {}), "math_dapo_reasoning": ("math_dapo", {}),
+    "hiyouga/geometry3k": ("geo3k", {}),
 }
 PREFIXES = {"aime": ("math_dapo", {})}  # data_source.startswith(prefix), as real verl's aime2024, aime_2025, ...
 KNOWN = ", ".join([*DEFAULT_SCORERS, *(p + "*" for p in PREFIXES)])

@@ -24,6 +24,7 @@ _BUILDERS = {
     "number": "verl.rewards.verifiable:build_number",
     "format": "verl.rewards.verifiable:build_format",
     "math_dapo": "verl.rewards.math_dapo:build_math_dapo",
+    "geo3k": "verl.rewards.geo3k:build_geo3k",
     "by_data_source": "verl.rewards.by_data_source:build_by_data_source",
     "huggingface_rm": "verl.rewards.hf_rm:build_huggingface_rm",
     "api": "verl.rewards.api:build_api",

@@ -1,0 +1,336 @@
+"""`geo3k` reward: real verl's Geometry3K scorer (its default for data_source `hiyouga/geometry3k`;
+verl/utils/reward_score/geo3k.py there, which grades with the `mathruler` package).
+
+    score = 0.9 * correct + 0.1 * formatted
+
+* formatted: the whole response is `<think>...</think>` followed by text holding a `\\boxed{...}`
+  (the instruction examples/data_preprocess/geo3k.py appends to every problem);
+* correct: the content of the last `\\boxed{...}` (braces balanced, stripped) equals the ground
+  truth under the PRM800K-style grading that mathruler implements (`answers_equal`):
+  1. equal after the MATH normalization (`mathd_normalize`: \\left/\\right, dfrac, degrees,
+     percent, `x = 3` -> `3`, `\\sqrt3`, `\\frac12`, `0.5`, `a/b` -> `\\frac{a}{b}`, spaces), or
+  2. equal after `canonical` (units, `$`, braces, case, LaTeX to plain text: `\\frac{a}{b}` -> a/b,
+     `\\sqrt{x}` -> sqrt(x), `\\pi` -> pi), or
+  3. element by element for tuples/intervals: fractions must match as written (unreduced ones are
+     not accepted), an integer ground truth needs an integer answer (no simplification), and
+     anything else is equal when sympy simplifies the difference to 0.
+
+The 0.1 format weight is real verl's (its default_compute_score calls the scorer with it);
+`reward_fn.format_score` does not apply to this type.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the section type, for hints only: rewards sit below the config package
+    from verl.config import RewardFnConfig
+
+from verl.rewards.base import RewardFn, per_sample
+
+FORMAT_WEIGHT = 0.1
+_FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
+
+
+def is_formatted(response: str) -> bool:
+    return _FORMAT.fullmatch(response) is not None
+
+
+def last_boxed(text: str) -> Optional[str]:
+    """The stripped content of the last `\\boxed{` up to its matching brace; None without one
+    (or when it never closes)."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    begin = start + len("\\boxed{")
+    depth = 0
+    for j in range(begin, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            if depth == 0:
+                return text[begin:j].strip()
+            depth -= 1
+    return None
+
+
+# ---------------------------------------------------------------------------
+# 1. The MATH normalization (Hendrycks et al.'s math_equivalence, as PRM800K keeps it)
+# ---------------------------------------------------------------------------
+
+
+def _braced_fracs(s: str) -> str:
+    r"""\frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}; a \frac with fewer than two characters after
+    it leaves the whole string as it was."""
+    head, *rest = s.split("\\frac")
+    out = [head]
+    for part in rest:
+        if part.startswith("{"):
+            out.append("\\frac" + part)
+            continue
+        if len(part) < 2:
+            return s
+        num, second, tail = part[0], part[1], part[2:]
+        out.append("\\frac{%s}%s%s" % (num, second, tail) if second == "{" else
+                   "\\frac{%s}{%s}%s" % (num, second, tail))
+    return "".join(out)
+
+
+def _int_slash_int(s: str) -> str:
+    """'3/4' -> '\\frac{3}{4}' when both sides are plain integers written canonically."""
+    parts = s.split("/")
+    if len(parts) != 2:
+        return s
+    try:
+        a, b = int(parts[0]), int(parts[1])
+    except ValueError:
+        return s
+    return "\\frac{%d}{%d}" % (a, b) if s == f"{a}/{b}" else s
+
+
+def _braced_sqrts(s: str) -> str:
+    """\\sqrt3 -> \\sqrt{3} (one character)."""
+    head, *rest = s.split("\\sqrt")
+    if any(not p for p in rest):
+        raise _GiveUp  # '\\sqrt' with nothing after it
+    return head + "".join("\\sqrt" + (p if p.startswith("{") else "{" + p[:1] + "}" + p[1:]) for p in rest)
+
+
+class _GiveUp(Exception):
+    """The MATH normalizer leaves a string it cannot read as it is (after unwrapping \\text{})."""
+
+
+def mathd_normalize(answer: Optional[str]) -> Optional[str]:
+    if answer is None:
+        return None
+    s = answer.strip()
+    m = re.fullmatch(r"\\text\{(.+?)\}", s)
+    if m:
+        s = m.group(1).strip()
+    try:
+        return _mathd_steps(s)
+    except _GiveUp:
+        return s
+
+
+def _mathd_steps(s: str) -> str:
+    for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
+                     ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", "")):
+        s = s.replace(old, new)
+    if "\\text{ " in s:  # '\text{ ' only introduces a unit on the right: drop it
+        pieces = s.split("\\text{ ")
+        if len(pieces) != 2:
+            raise _GiveUp
+        s = pieces[0]
+    s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
+    if not s:
+        return s
+    if s.startswith("."):
+        s = "0" + s
+    sides = s.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:  # 'x = 3', 'AB=3' -> '3'
+        s = sides[1]
+    if "\\sqrt" in s:
+        s = _braced_sqrts(s)
+    s = _braced_fracs(s.replace(" ", ""))
+    if s == "0.5":
+        s = "\\frac{1}{2}"
+    return _int_slash_int(s)
+
+
+# ---------------------------------------------------------------------------
+# 2. The canonical form for the sympy comparison
+# ---------------------------------------------------------------------------
+
+_UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month", "year",
+          "foot", "feet", "inch", "yard")
+_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "theta", "mu", "phi", "omega", "sigma", "rho",
+          "tau")
+_SYMBOLS = {"pi": "pi", "cdot": "*", "times": "*", "infty": "inf", "cup": "U"}
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The argument at s[i]: a {...} group's content (balanced) or one character; and the index after it."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return "", i
+    if s[i] != "{":
+        return s[i], i + 1
+    depth = 0
+    for j in range(i, len(s)):
+        depth += {"{": 1, "}": -1}.get(s[j], 0)
+        if depth == 0:
+            return s[i + 1:j], j + 1
+    return s[i + 1:], len(s)
+
+
+def latex_to_text(s: str) -> str:
+    """LaTeX to the plain text sympy reads, as pylatexenc's latex2text renders the macros answers
+    use: \\frac{a}{b} -> a/b (no parentheses), \\sqrt{x} -> sqrt(x), \\pi -> pi, \\cdot and
+    \\times -> *, \\text{x} -> x; other macros are dropped, their braces kept as plain groups."""
+    s = s.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\":
+            m = re.match(r"\\([a-zA-Z]+)", s[i:])
+            if not m:  # '\,' '\;' ...: spacing
+                i += 2
+                continue
+            name, i = m.group(1), i + len(m.group(0))
+            if name == "frac":
+                num, i = _group(s, i)
+                den, i = _group(s, i)
+                out.append(f"{latex_to_text(num)}/{latex_to_text(den)}")
+            elif name == "sqrt":
+                if s[i:i + 1] == "[":  # \\sqrt[n]{x}: the index is not rendered (pylatexenc shows sqrt(x))
+                    close = s.find("]", i)
+                    i = len(s) if close < 0 else close + 1
+                arg, i = _group(s, i)
+                out.append(f"sqrt({latex_to_text(arg)})")
+            elif name in ("text", "mathrm", "textbf", "mbox"):
+                arg, i = _group(s, i)
+                out.append(latex_to_text(arg))
+            elif name in _SYMBOLS:
+                out.append(_SYMBOLS[name])
+            elif name.lower() in _GREEK:  # \\theta -> θ (a letter sympy reads as a symbol)
+                out.append(unicodedata.lookup(f"GREEK {'CAPITAL' if name[0].isupper() else 'SMALL'} LETTER "
+                                              f"{name.upper()}"))
+            continue
+        if s[i] in "{}":
+            i += 1
+            continue
+        out.append(s[i])
+        i += 1
+    return "".join(out).strip()
+
+
+def _strip_thousands(s: str) -> str:
+    """'1,234,567' -> '1234567'; tuple commas ('1,23') stay."""
+    while True:
+        t = re.sub(r"(\d),(\d\d\d)($|\D)", r"\1\2\3", s)
+        if t == s:
+            return s
+        s = t
+
+
+def _int_text(s: str) -> Optional[int]:
+    try:
+        x = float(_strip_thousands(s))
+    except (ValueError, OverflowError):
+        return None
+    if x != x or abs(x) == float("inf") or abs(x - round(x)) > 1e-7:
+        return None
+    return int(x)
+
+
+def canonical(expr: str) -> str:
+    m = re.fullmatch(r"\\text\{(.+?)\}", expr)
+    if m:
+        expr = m.group(1)
+    for old, new in (("\\%", ""), ("\\$", ""), ("$", ""), ("%", ""), (" or ", " , "), (" and ", " , "),
+                     ("million", "*10^6"), ("billion", "*10^9"), ("trillion", "*10^12")):
+        expr = expr.replace(old, new)
+    for unit in _UNITS:
+        expr = re.sub(rf"{unit}(es)?(s)? *(\^[0-9]+)?", "", expr)
+    expr = re.sub(r"\^ *\\circ", "", expr)
+    if expr.startswith("{") and expr.endswith("}"):
+        expr = expr[1:-1]
+    expr = re.sub(r",\\! *", "", expr)
+    try:
+        value = float(expr)
+        if abs(value - round(value)) <= 1e-7:
+            expr = str(int(round(value)))
+    except (ValueError, OverflowError):
+        pass
+    if "\\" in expr:
+        expr = latex_to_text(expr)
+    expr = re.sub(r"- *", "-", expr)
+    expr = re.sub(r"([0-9]) +([0-9])", r"\1+\2", expr)  # a mixed number '7 3/4' -> 7+3/4
+    expr = expr.replace(" ", "").replace("{", "").replace("}", "").lower()
+    as_int = _int_text(expr)
+    return str(as_int) if as_int is not None else expr
+
+
+# ---------------------------------------------------------------------------
+# 3. Element-wise comparison
+# ---------------------------------------------------------------------------
+
+_FRACTION = re.compile(r"-?[0-9]+.?/0*[1-9][0-9]*.?")
+
+
+def _elements(expr: str) -> list[str]:
+    expr = _strip_thousands(expr)
+    if not expr:
+        return []
+    inner = expr[1:-1]
+    if len(expr) > 2 and expr[0] in "()[]" and expr[-1] in "()[]" and not any(c in inner for c in "()[]"):
+        return [e.strip() for e in inner.split(",")]
+    return [expr]
+
+
+def _safe_for_sympy(expr: str) -> bool:
+    """Simplification can hang on large powers or text: more than two unknown letters, '^{', '^(',
+    stacked or multi-digit exponents are not tried."""
+    letters = {c for c in expr.replace("sqrt", "").replace("frac", "") if c.isalpha()}
+    if len(letters) > 2 or "^{" in expr or "^(" in expr:
+        return False
+    return not re.search(r"\^[0-9]+\^|\^[0-9][0-9]+", expr)
+
+
+def sympy_equal(truth: str, given: str) -> bool:
+    expr = f"({truth})-({given})"
+    if not _safe_for_sympy(expr):
+        return False
+    try:
+        import sympy
+        from sympy.parsing import sympy_parser
+
+        rules = sympy_parser.standard_transformations + (sympy_parser.implicit_multiplication_application,)
+        return sympy.simplify(sympy_parser.parse_expr(expr.replace("^", "**"), transformations=rules)) == 0
+    except Exception:  # anything sympy cannot read is simply not equal (answers are free text)
+        return False
+
+
+def answers_equal(given: Optional[str], truth: str) -> bool:
+    if given is None:
+        return False
+    if mathd_normalize(given) == mathd_normalize(truth):
+        return True
+    t, g = canonical(truth), canonical(given)
+    if t == g:
+        return True
+    if not g:
+        return False
+    t_parts, g_parts = _elements(t), _elements(g)
+    if len(t_parts) > 1 and (t[0] != g[0] or t[-1] != g[-1]):
+        return False  # (a, b) vs [a, b]: other brackets
+    if len(t_parts) != len(g_parts):
+        return False
+    for a, b in zip(t_parts, g_parts):
+        if _FRACTION.fullmatch(a) and _FRACTION.fullmatch(b):
+            ok = a == b  # an unreduced fraction is not accepted for a reduced one
+        elif (_int_text(a) is None) != (_int_text(b) is None):
+            ok = False  # an integer truth needs an integer answer
+        else:
+            ok = sympy_equal(a, b)
+        if not ok:
+            return False
+    return True
+
+
+def geo3k_score(response: str, ground_truth: str) -> float:
+    correct = answers_equal(last_boxed(response), str(ground_truth))
+    return (1.0 - FORMAT_WEIGHT) * float(correct) + FORMAT_WEIGHT * float(is_formatted(response))
+
+
+def build_geo3k(cfg: RewardFnConfig) -> RewardFn:
+    def geo3k(prompt, response, sample):
+        truth = sample["ground_truth"]
+        if truth is None:
+            raise ValueError("this reward needs sample['ground_truth'] (set data.answer_key)")
+        return geo3k_score(response, truth)
+
+    return per_sample(geo3k, "geo3k")
