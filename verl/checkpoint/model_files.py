@@ -82,8 +82,10 @@ def save_pretrained_into(model, tokenizer, path: str, merge_lora: bool) -> None:
         del merged
     else:
         model.save_pretrained(path, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
+    if tokenizer is not None:  # with a VL model's processor files (the folder loads as that model again)
+        from verl.models.loading import save_tokenizer_files
+
+        save_tokenizer_files(tokenizer, path)
 
 
 def load_module_weights(model: torch.nn.Module, folder: str) -> None:

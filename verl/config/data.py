@@ -7,6 +7,7 @@ from typing import Optional
 
 from verl.config.keys import Section, at_most, key
 from verl.config.rollout import MAX_TOKENS
+from verl.errors import ConfigError
 
 
 @dataclass
@@ -22,6 +23,12 @@ class DataConfig(Section):
     prompts: list = key(factory=list)  # inline prompts (strings)
     prompt_key: str = "prompt"
     answer_key: str = "answer"
+    # Vision-language data (docs/vision_language.md): the column of each row's images (a list of PIL images,
+    # {"bytes", "path"} dicts or paths; one "<image>" marker per image in the prompt); rows without it are
+    # text only. min_pixels / max_pixels: the image processor's resize bounds (None: the processor's own)
+    image_key: str = "images"
+    min_pixels: Optional[int] = key(None, ge=1)
+    max_pixels: Optional[int] = key(None, ge=1)
     apply_chat_template: bool = True  # when the tokenizer has one
     # extra arguments of the chat template, e.g. {enable_thinking: false} for Qwen3 (real verl's
     # data.apply_chat_template_kwargs); the template reads them, a template that does not ignores them
@@ -42,3 +49,6 @@ class DataConfig(Section):
 
     def validate(self, path: str) -> None:
         at_most(self.max_prompt_length, MAX_TOKENS, f"{path}.max_prompt_length", "no model's context is that long")
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise ConfigError(f"{path}.min_pixels ({self.min_pixels}) is more than {path}.max_pixels "
+                              f"({self.max_pixels})")

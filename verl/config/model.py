@@ -17,6 +17,10 @@ class LoraConfig(Section):
     alpha: float = 16.0
     dropout: float = 0.0
     target_modules: Any = "all-linear"  # "all-linear" or a list of module names
+    # modules that get no adapter, as peft's exclude_modules (real verl's actor_rollout_ref.model.exclude_modules):
+    # a regex the whole module name matches (e.g. ".*visual.*": none in a Qwen-VL vision tower) or a list of
+    # names, each the module's name or its last parts; None: none excluded
+    exclude_modules: Any = None
 
 
 @dataclass
@@ -58,6 +62,9 @@ class ModelConfig(Section):
     # parameter stay through the optimizer step that offloading makes room for); autocast elsewhere.
     mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy"))
     lora: LoraConfig = key(factory=LoraConfig)
+    # A vision-language model's vision tower (and its projector) is not trained: requires_grad off, not in
+    # the optimizer (real verl's actor.freeze_vision_tower). With LoRA the tower never gets adapters anyway.
+    freeze_vision_tower: bool = False
 
     def validate(self, path: str) -> None:
         if self.override_config and self.gguf_file:

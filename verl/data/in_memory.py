@@ -53,6 +53,16 @@ def describe_dataset(ds, digest: str) -> str:
     return text + (f" files={','.join(files)}" if files else "")
 
 
+def _stable_text(value) -> str:
+    """JSON stand-in of a value JSON cannot hold: an image (PIL) or bytes by the hash of its content (its
+    str() would hold a memory address, so the digest would change from run to run), others their str()."""
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes:" + hashlib.sha256(bytes(value)).hexdigest()
+    if hasattr(value, "tobytes") and hasattr(value, "size") and hasattr(value, "mode"):  # a PIL image
+        return f"image:{value.mode}:{value.size}:" + hashlib.sha256(value.tobytes()).hexdigest()
+    return str(value)
+
+
 def rows_with_columns(records, data_cfg, what: str, source: str) -> tuple[list[PromptRow], str]:
     """(PromptRows of dict records, content digest). The columns other than the prompt are added to
     each row's extra. The digest: the first 16 hex digits of the SHA-256 over the records, one
@@ -60,11 +70,11 @@ def rows_with_columns(records, data_cfg, what: str, source: str) -> tuple[list[P
     rows, h = [], hashlib.sha256()
     for i, record in enumerate(records):
         where = f"{what} row {i}"
-        row = record_to_row(record, data_cfg.prompt_key, data_cfg.answer_key, where, source)
-        columns = {k: v for k, v in record.items() if k not in (data_cfg.prompt_key, "extra_info")}
+        row = record_to_row(record, data_cfg.prompt_key, data_cfg.answer_key, where, source, data_cfg.image_key)
+        columns = {k: v for k, v in record.items() if k not in (data_cfg.prompt_key, "extra_info", data_cfg.image_key)}
         row.extra = {**row.extra, **columns}
         rows.append(row)
-        h.update(json.dumps(record, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8") + b"\n")
+        h.update(json.dumps(record, sort_keys=True, default=_stable_text, ensure_ascii=False).encode("utf-8") + b"\n")
     if not rows:
         raise DataError(f"{what}: the dataset is empty")
     return rows, h.hexdigest()[:16]

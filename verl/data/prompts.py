@@ -62,7 +62,7 @@ def inline_rows(prompts: list, data_cfg) -> list[PromptRow]:
     for i, p in enumerate(prompts):
         where = f"data.prompts[{i}]"
         if isinstance(p, dict):
-            rows.append(record_to_row(p, data_cfg.prompt_key, data_cfg.answer_key, where, "inline"))
+            rows.append(record_to_row(p, data_cfg.prompt_key, data_cfg.answer_key, where, "inline", data_cfg.image_key))
         else:
             rows.append(record_to_row({"prompt": p}, where=where, default_source="inline"))
     return rows
@@ -79,7 +79,7 @@ def load_prompt_rows(data_cfg, files: Any = None) -> list[PromptRow]:
     if files is not None and not isinstance(files, (list, tuple)):
         files = [files]  # one path or one Dataset
     if files:
-        return read_many(files, data_cfg.prompt_key, data_cfg.answer_key)
+        return read_many(files, data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key)
     if data_cfg.prompts:
         return inline_rows(data_cfg.prompts, data_cfg)
     return [PromptRow(prompt=p, data_source="default", origin=f"DEFAULT_PROMPTS[{i}]")
@@ -95,13 +95,19 @@ def uses_chat_template(tokenizer, data_cfg) -> bool:
     return bool(data_cfg.apply_chat_template and getattr(tokenizer, "chat_template", None))
 
 
+def prompt_messages(prompt: Any, data_cfg) -> list[dict]:
+    """`prompt` (str or chat messages) as chat messages, `data.system_prompt` first when it has none."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if data_cfg.system_prompt and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": data_cfg.system_prompt}] + messages
+    return messages
+
+
 def render_prompt(prompt: Any, tokenizer, data_cfg, tools: Optional[list] = None) -> str:
     """The text the model sees for `prompt` (str or chat messages); see the module doc. `tools`:
     JSON schemas of the rollout's tools, passed to the chat template (which decides how the model
     sees them; a template without tool support ignores them)."""
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if data_cfg.system_prompt and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": data_cfg.system_prompt}] + messages
+    messages = prompt_messages(prompt, data_cfg)
     if uses_chat_template(tokenizer, data_cfg):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              **({"tools": tools} if tools else {}), **data_cfg.chat_template_kwargs)
@@ -113,6 +119,18 @@ def render_prompt(prompt: Any, tokenizer, data_cfg, tools: Optional[list] = None
 # ---------------------------------------------------------------------------
 # The loader
 # ---------------------------------------------------------------------------
+
+
+def _merge_rows(n: int, picked: list[int], rest: tuple, encoded: tuple) -> tuple:
+    """Per-row columns of all n rows from those of the rows at `picked` (`encoded`) and of the others
+    (`rest`), both in row order."""
+    merged = []
+    for rest_col, picked_col in zip(rest, encoded):
+        out, it_rest, it_picked, at = [], iter(rest_col), iter(picked_col), set(picked)
+        for i in range(n):
+            out.append(next(it_picked) if i in at else next(it_rest))
+        merged.append(out)
+    return tuple(merged)
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
@@ -155,17 +173,28 @@ class PromptLoader:
         if not rows:
             raise DataError(f"{self.name} data: no prompt rows")
         cfg = self.data_cfg
-        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self.tools) for r in rows]
+        with_images = [i for i, r in enumerate(rows) if r.images is not None]
+        text_rows = [r for r in rows if r.images is None]
+        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self.tools) for r in text_rows]
         # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
         add_special = not uses_chat_template(self.tokenizer, cfg)
-        ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]
+        ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"] if texts else []
+        multi_modal: list = [None] * len(ids)
+        if with_images:  # rows with images: the processor's expanded ids (verl.data.multimodal)
+            from verl.data.vl_prompts import encode_image_rows
+
+            texts, ids, multi_modal = _merge_rows(len(rows), with_images, (texts, ids, multi_modal),
+                                                  encode_image_rows([rows[i] for i in with_images], self.tokenizer,
+                                                                    cfg, self.tools))
         limit, mode = cfg.max_prompt_length, cfg.truncation
-        keep_rows, keep_texts, keep_ids = [], [], []
-        for row, text, tok in zip(rows, texts, ids):
+        keep_rows, keep_texts, keep_ids, keep_mm = [], [], [], []
+        for row, text, tok, mm in zip(rows, texts, ids, multi_modal):
             if len(tok) > limit:
-                if mode == "error":
-                    raise DataError(f"{row.origin or self.name}: the prompt has {len(tok)} tokens, more than "
-                                    f"data.max_prompt_length={limit} (data.truncation=error)")
+                counted = " (image placeholders expanded, as the model sees them)" if mm is not None else ""
+                if mode == "error" or (mm is not None and mode != "filter"):
+                    cut = "" if mode == "error" else f"; data.truncation={mode} cannot cut a prompt with images"
+                    raise DataError(f"{row.origin or self.name}: the prompt has {len(tok)} tokens{counted}, more "
+                                    f"than data.max_prompt_length={limit} (data.truncation={mode}){cut}")
                 if mode == "filter":
                     self.num_filtered += 1
                     continue
@@ -175,6 +204,7 @@ class PromptLoader:
             keep_rows.append(row)
             keep_texts.append(text)
             keep_ids.append(list(tok))
+            keep_mm.append(mm)
         if self.num_filtered:
             print(f"[verl.data] {self.name}: dropped {self.num_filtered} of {len(rows)} prompts longer than "
                   f"data.max_prompt_length={limit} tokens (data.truncation=filter)")
@@ -184,6 +214,7 @@ class PromptLoader:
         if not keep_rows:
             raise DataError(f"{self.name} data: all {len(rows)} prompts are longer than "
                             f"data.max_prompt_length={limit} tokens; raise it or use data.truncation=left")
+        self.multi_modal = keep_mm if any(m is not None for m in keep_mm) else []
         return keep_rows, keep_texts, keep_ids
 
     def __len__(self) -> int:
@@ -245,7 +276,8 @@ class PromptLoader:
                      ground_truth=[r.ground_truth for r in rows],
                      data_source=[r.data_source for r in rows],
                      extra=[dict(r.extra) for r in rows],
-                     group_id=list(group_ids))
+                     group_id=list(group_ids),
+                     multi_modal=[self.multi_modal[i] for i in indices] if self.multi_modal else [])
 
     # ------------------------------------------------------------ resume
     def state_dict(self) -> dict:

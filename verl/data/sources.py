@@ -36,6 +36,9 @@ class PromptRow:
     data_source:  dataset name, used to pick a scorer and to split metrics
     extra:        free-form per-row information (verl's `extra_info`), passed to rewards
     origin:       where the row came from ("train.jsonl line 12"), for error messages
+    images:       the row's `data.image_key` value as stored (PIL images, {"bytes", "path"} dicts,
+                  bytes or paths; None: a text-only row), decoded by verl.data.multimodal
+    base_dir:     the data file's folder: relative image paths are taken from it
     """
 
     prompt: Any
@@ -43,6 +46,8 @@ class PromptRow:
     data_source: str = "unknown"
     extra: dict = field(default_factory=dict)
     origin: str = ""
+    images: Any = None
+    base_dir: Optional[str] = None
 
 
 # ---------------------------------------------------------------------------
@@ -63,8 +68,11 @@ def _check_prompt(prompt: Any, where: str) -> Any:
 
 
 def record_to_row(record: Any, prompt_key: str = "prompt", answer_key: str = "answer",
-                  where: str = "row", default_source: str = "unknown") -> PromptRow:
+                  where: str = "row", default_source: str = "unknown", image_key: str = "images",
+                  base_dir: Optional[str] = None) -> PromptRow:
     """Turn one flat or verl-style record (a dict) into a `PromptRow`.
+
+    The row's images are `record[image_key]` as stored (None or [] when it has none).
 
     Ground truth is taken from `reward_model.ground_truth` (verl layout), else from
     `answer_key`, else from a top-level `ground_truth` key; absent -> None.
@@ -87,13 +95,20 @@ def record_to_row(record: Any, prompt_key: str = "prompt", answer_key: str = "an
     extra = record.get("extra_info")
     extra = dict(extra) if isinstance(extra, dict) else {}
     data_source = record.get("data_source") or default_source
+    images = record.get(image_key)
     return PromptRow(prompt=prompt, ground_truth=ground_truth, data_source=str(data_source),
-                     extra=extra, origin=where)
+                     extra=extra, origin=where, images=None if images is None or images in ([], ()) else images,
+                     base_dir=base_dir)
 
 
 # ---------------------------------------------------------------------------
 # Files and datasets -> rows
 # ---------------------------------------------------------------------------
+
+
+def _folder(path: str) -> str:
+    """The folder a data file's relative image paths start from."""
+    return os.path.dirname(os.path.abspath(path))
 
 
 def _source_name(path: str) -> str:
@@ -119,7 +134,7 @@ def _not_utf8(where: str, line: bytes, exc: UnicodeDecodeError) -> DataError:
                      "save the file as UTF-8")
 
 
-def _read_jsonl(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
+def _read_jsonl(path: str, prompt_key: str, answer_key: str, image_key: str = "images") -> list[PromptRow]:
     rows, source = [], _source_name(path)
     # Bytes first, decoded line by line: a non-UTF-8 byte is reported with its line (text-mode
     # reading would raise a bare UnicodeDecodeError somewhere in the file).
@@ -135,11 +150,11 @@ def _read_jsonl(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-        rows.append(record_to_row(record, prompt_key, answer_key, where, source))
+        rows.append(record_to_row(record, prompt_key, answer_key, where, source, image_key, _folder(path)))
     return rows
 
 
-def _read_json(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
+def _read_json(path: str, prompt_key: str, answer_key: str, image_key: str = "images") -> list[PromptRow]:
     raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
@@ -154,17 +169,18 @@ def _read_json(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.lineno > 1 or "Extra data" in exc.msg:  # one object per line: read it as jsonl
-            return _read_jsonl(path, prompt_key, answer_key)
+            return _read_jsonl(path, prompt_key, answer_key, image_key)
         raise DataError(f"{path} line {exc.lineno}: malformed JSON ({exc.msg})") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a list of objects, got {type(data).__name__}")
     source = _source_name(path)
-    return [record_to_row(r, prompt_key, answer_key, f"{path} row {i}", source) for i, r in enumerate(data)]
+    return [record_to_row(r, prompt_key, answer_key, f"{path} row {i}", source, image_key, _folder(path))
+            for i, r in enumerate(data)]
 
 
-def _read_parquet(path: str, prompt_key: str, answer_key: str) -> list[PromptRow]:
+def _read_parquet(path: str, prompt_key: str, answer_key: str, image_key: str = "images") -> list[PromptRow]:
     import pyarrow.parquet as pq
 
     try:
@@ -179,27 +195,29 @@ def _read_parquet(path: str, prompt_key: str, answer_key: str) -> list[PromptRow
         records = table.to_pylist()
     except Exception as exc:  # noqa: BLE001 - e.g. a string column holding bytes that are not UTF-8
         raise DataError(f"{path}: cannot read its rows ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    return [record_to_row(r, prompt_key, answer_key, f"{path} row {i}", source)
+    return [record_to_row(r, prompt_key, answer_key, f"{path} row {i}", source, image_key, _folder(path))
             for i, r in enumerate(records)]
 
 
 def rows_from_dataset(dataset: Any, prompt_key: str = "prompt", answer_key: str = "answer",
-                      name: Optional[str] = None) -> list[PromptRow]:
+                      name: Optional[str] = None, image_key: str = "images") -> list[PromptRow]:
     """Rows of a `datasets.Dataset` (or any iterable of dicts, e.g. a list)."""
     if isinstance(dataset, dict):  # a DatasetDict is a dict of splits
         raise DataError(f"{name or 'dataset'}: a DatasetDict with splits {list(dataset.keys())}; "
                         f"pass one split, e.g. dataset['train']")
     name = name or getattr(getattr(dataset, "info", None), "dataset_name", None) or "dataset"
-    rows = [record_to_row(r, prompt_key, answer_key, f"{name} row {i}", name) for i, r in enumerate(dataset)]
+    rows = [record_to_row(r, prompt_key, answer_key, f"{name} row {i}", name, image_key)
+            for i, r in enumerate(dataset)]
     if not rows:
         raise DataError(f"{name}: the dataset is empty")
     return rows
 
 
-def read_rows(source: Any, prompt_key: str = "prompt", answer_key: str = "answer") -> list[PromptRow]:
+def read_rows(source: Any, prompt_key: str = "prompt", answer_key: str = "answer",
+              image_key: str = "images") -> list[PromptRow]:
     """Rows of one file (.jsonl/.json/.parquet), a `datasets.save_to_disk` folder, or a Dataset."""
     if not isinstance(source, (str, os.PathLike)):
-        return rows_from_dataset(source, prompt_key, answer_key)
+        return rows_from_dataset(source, prompt_key, answer_key, image_key=image_key)
     path = os.fspath(source)
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
@@ -209,14 +227,14 @@ def read_rows(source: Any, prompt_key: str = "prompt", answer_key: str = "answer
                             f"name .jsonl or .parquet files instead")
         import datasets
 
-        return rows_from_dataset(datasets.load_from_disk(path), prompt_key, answer_key, name=path)
+        return rows_from_dataset(datasets.load_from_disk(path), prompt_key, answer_key, name=path, image_key=image_key)
     lower = path.lower()
     if lower.endswith(".parquet"):
-        rows = _read_parquet(path, prompt_key, answer_key)
+        rows = _read_parquet(path, prompt_key, answer_key, image_key)
     elif lower.endswith(".json"):
-        rows = _read_json(path, prompt_key, answer_key)
+        rows = _read_json(path, prompt_key, answer_key, image_key)
     elif lower.endswith(".jsonl") or lower.endswith(".ndjson"):
-        rows = _read_jsonl(path, prompt_key, answer_key)
+        rows = _read_jsonl(path, prompt_key, answer_key, image_key)
     else:
         raise DataError(f"{path}: unknown format; use .jsonl, .json or .parquet")
     if not rows:
@@ -224,9 +242,10 @@ def read_rows(source: Any, prompt_key: str = "prompt", answer_key: str = "answer
     return rows
 
 
-def read_many(sources: Iterable[Any], prompt_key: str = "prompt", answer_key: str = "answer") -> list[PromptRow]:
+def read_many(sources: Iterable[Any], prompt_key: str = "prompt", answer_key: str = "answer",
+              image_key: str = "images") -> list[PromptRow]:
     """Rows of several files/datasets, concatenated in the order given."""
     rows: list[PromptRow] = []
     for src in sources:
-        rows.extend(read_rows(src, prompt_key, answer_key))
+        rows.extend(read_rows(src, prompt_key, answer_key, image_key))
     return rows

@@ -102,6 +102,12 @@ def load_tokenizer(name: str, key: str = "model.name", trust_remote_code: bool =
 
     _stop_before_loading(key, name)
     path = model_path(name, key)  # before importing transformers: a hub name without a hub fails in a second
+    if not gguf_file and is_vision_language(name, key, trust_remote_code, path):
+        # A vision-language model: its processor's tokenizer, the processor attached for the prompts with
+        # images (verl.data.vl_prompts.processor_of) and for the saved model folders.
+        processor = load_processor(name, key, trust_remote_code)
+        processor.tokenizer.verl_processor = processor
+        return processor.tokenizer
     from transformers import AutoTokenizer
 
     quiet_transformers()
@@ -142,7 +148,7 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
     """A Hugging Face causal LM in `dtype`, dropout off (RL recomputes log-probs and needs
     train-mode and eval-mode forwards to agree); attention per `attn_implementation` for a
     model that will run on `device_type`."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from verl.signals import phase
 
@@ -162,8 +168,10 @@ def load_causal_lm(model_cfg, dtype: torch.dtype, key: str = "model.name", name:
                 from verl.models.gguf import load_gguf_model
 
                 model = load_gguf_model(path, model_cfg.gguf_file, dtype)
-            else:
-                model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            else:  # a vision-language checkpoint (vision_config in its config.json): the image-text-to-text class
+                auto = AutoModelForImageTextToText if is_vision_language(name, key, model_cfg.trust_remote_code, path) \
+                    else AutoModelForCausalLM
+                model = auto.from_pretrained(path, **kwargs)
     except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
         if model_cfg.override_config and "mismatched_sizes" in str(exc):  # e.g. GPT-2's learned positions
             raise ModelLoadError(f"model.override_config: {', '.join(model_cfg.override_config)} changes the shape "
@@ -227,6 +235,7 @@ def check_context_length(cfg) -> None:
     r = cfg.rollout
     budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
     need = cfg.data.max_prompt_length + r.response_budget
+    check_vision_language(cfg)
     if limit is not None and need > limit:
         raise ModelLoadError(
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) + {budget_key} "
@@ -245,12 +254,14 @@ def disable_dropout(model: torch.nn.Module) -> None:
 # ---------------------------------------------------------------------------
 
 
-def is_vision_language(name: str, key: str = "model.name", trust_remote_code: bool = False) -> bool:
-    """Whether `name`'s config.json describes a vision-language model (it has a `vision_config`)."""
+def is_vision_language(name: str, key: str = "model.name", trust_remote_code: bool = False,
+                       path: str | None = None) -> bool:
+    """Whether `name`'s config.json (at `path` when resolved already) describes a vision-language model
+    (it has a `vision_config`)."""
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(model_path(name, key), trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(path or model_path(name, key), trust_remote_code=trust_remote_code)
     except Exception:  # noqa: BLE001 - the model load that follows names the problem
         return False
     return getattr(config, "vision_config", None) is not None
@@ -303,4 +314,53 @@ def load_processor(name: str, key: str = "model.name", trust_remote_code: bool =
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
+    processor.verl_source = path  # save_tokenizer_files copies its processor_config.json where needed
     return processor
+
+
+def save_tokenizer_files(tokenizer, path: str) -> None:
+    """The tokenizer's files into the model folder `path`, and for a vision-language model's tokenizer
+    its processor's (image processor, processor_config.json): the folder then loads again as a VL model
+    with its processor. A processor built without its video processor (no torchvision) cannot save
+    itself: its image processor is saved and the source folder's processor_config.json copied."""
+    tokenizer.save_pretrained(path)
+    processor = getattr(tokenizer, "verl_processor", None)
+    if processor is None:
+        return
+    try:
+        processor.save_pretrained(path)
+    except AttributeError:  # the absent video processor
+        import shutil
+
+        processor.image_processor.save_pretrained(path)
+        source = os.path.join(getattr(processor, "verl_source", ""), "processor_config.json")
+        if os.path.exists(source):
+            shutil.copyfile(source, os.path.join(path, "processor_config.json"))
+
+
+def check_vision_language(cfg) -> None:
+    """What a vision-language actor (model.name's config.json has a vision_config) cannot do yet, refused
+    before any weights load with one line naming the key (docs/vision_language.md)."""
+    m = cfg.model
+    if m.gguf_file or not is_vision_language(m.name, "model.name", m.trust_remote_code):
+        return
+    from verl.algorithms.requirements import needs_critic
+
+    why = {
+        "distributed.backend": (cfg.distributed.backend == "ray", "ray: the Ray/FSDP workers' forwards do not "
+                                "take images yet; use distributed.backend: none"),
+        "algorithm.adv_estimator": (needs_critic(cfg.algorithm) or cfg.critic.share_actor,
+                                    f"{cfg.algorithm.adv_estimator} needs a critic, whose value model does not "
+                                    "take images yet; use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...)"),
+        "training.use_packed_samples": (bool(cfg.training.use_packed_samples) and not cfg.training.packed_by_default,
+                                        "true: packed micro-batches (one row of several sequences) cannot carry "
+                                        "their images; set it to false (padded micro-batches)"),
+        "rollout.tools": (cfg.rollout.is_multi_turn, "multi-turn rollouts (rollout.tools / rollout.environment) "
+                          "do not carry the prompt's images into later turns yet; leave them unset"),
+        "async_training.partial_rollout": (cfg.async_training.partial_rollout,
+                                           "true: resumed partial responses do not carry the prompt's images yet; "
+                                           "set it to false"),
+    }
+    for key_name, (refused, reason) in why.items():
+        if refused:
+            raise ConfigError(f"{key_name}: {reason} (model.name '{m.name}' is a vision-language model)")

@@ -44,8 +44,13 @@ def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
         raise ImportError("model.lora.rank > 0 needs peft (pip install peft)") from exc
     from verl.errors import ConfigError
 
+    from verl.models.vision import LORA_EXCLUDE, is_vision_language_model
+
+    targets, exclude = _target_modules(lora_cfg.target_modules), lora_cfg.exclude_modules
+    if exclude is None and targets == "all-linear" and is_vision_language_model(model):
+        exclude = LORA_EXCLUDE  # a VL model: "all-linear" adapts the language model, not the vision tower
     cfg = LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
-                     target_modules=_target_modules(lora_cfg.target_modules), bias="none", task_type="CAUSAL_LM")
+                     target_modules=targets, exclude_modules=exclude, bias="none", task_type="CAUSAL_LM")
     try:
         peft_model = get_peft_model(model, cfg)
     except ValueError as exc:
@@ -118,7 +123,9 @@ def save_merged(model: torch.nn.Module, tokenizer, path: str) -> str:
     state = dict(merged_state_items(model))
     base.save_pretrained(path, state_dict=state, safe_serialization=True)
     if tokenizer is not None:
-        tokenizer.save_pretrained(path)
+        from verl.models.loading import save_tokenizer_files
+
+        save_tokenizer_files(tokenizer, path)
     return path
 
 

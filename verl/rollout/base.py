@@ -138,8 +138,13 @@ def assemble_rollout(prompts: Batch, responses: Sequence[Sequence[int]],
         [r[:-1] if (f and r and r[-1] == tokenizer.eos_token_id) else r for r, f in zip(responses, finished)],
         skip_special_tokens=True,
     )
+    response_mask = filled.astype(np.float32)
+    if prompts.multi_modal:  # image placeholders a VL model generated are not the policy's text
+        from verl.data.multimodal import image_token_ids
+
+        response_mask[np.isin(resp_ids, sorted(image_token_ids(tokenizer)))] = 0.0
     return prompts.replace(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention_mask),
                            position_ids=torch.from_numpy(position_ids), responses=torch.from_numpy(resp_ids),
-                           response_mask=torch.from_numpy(filled.astype(np.float32)),
+                           response_mask=torch.from_numpy(response_mask),
                            rollout_log_probs=None if resp_logp is None else torch.from_numpy(resp_logp),
                            response_text=texts, truncated=truncated)

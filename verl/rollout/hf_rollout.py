@@ -158,6 +158,7 @@ class HFRollout(RolloutEngine):
         static = rollout_cfg.cache_implementation == "static"
         self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
         self.weight_copy = bool(rollout_cfg.hf_weight_copy)
+        self._said_vl_fallback = False
         own_loop = rollout_cfg.decode_loop == "verl"
         self.decoder = None
         if self.weight_copy:
@@ -213,7 +214,14 @@ class HFRollout(RolloutEngine):
     def _generate_part(self, part: Batch, sampling: SamplingParams, device):
         input_ids = part.input_ids.to(device)
         attention_mask = part.attention_mask.to(device)
-        if self.decoder is not None:
+        images = _image_kwargs(self.model, input_ids, part.multi_modal)
+        if images is not None:  # a vision-language model's rows with images: transformers' generate
+            if self.decoder is not None and not self._said_vl_fallback:
+                print("verl: rollout.decode_loop: verl does not take images; prompts with images are generated "
+                      "by transformers' generate", flush=True)
+                self._said_vl_fallback = True
+            seqs_dev, logp_dev = self._transformers_generate(input_ids, attention_mask, sampling, device, images)
+        elif self.decoder is not None:
             greedy = sampling.is_greedy
             seqs_dev, logp_dev = self.decoder.generate(
                 input_ids, attention_mask, sampling.max_new_tokens, temperature=sampling.temperature,
@@ -222,12 +230,19 @@ class HFRollout(RolloutEngine):
             seqs_dev, logp_dev = self._transformers_generate(input_ids, attention_mask, sampling, device)
         return self._finish(seqs_dev.cpu(), logp_dev.cpu(), sampling)
 
-    def _transformers_generate(self, input_ids, attention_mask, sampling: SamplingParams, device):
-        """model.generate -> (tokens (b, steps), log-probs (b, steps)) on the device."""
+    def _transformers_generate(self, input_ids, attention_mask, sampling: SamplingParams, device,
+                               images: dict | None = None):
+        """model.generate -> (tokens (b, steps), log-probs (b, steps)) on the device. `images`: the
+        rows' pixel values, grids and modality ids (`_image_kwargs`); the placeholder tokens are then
+        suppressed: one in a response would ask the model's forward for an image it does not have."""
         tok = self.tokenizer
         gen_kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=tok.eos_token_id,
                           pad_token_id=tok.pad_token_id, return_dict_in_generate=True, output_logits=True,
-                          **self.cache_kwargs)
+                          **self.cache_kwargs, **(images or {}))
+        if images:
+            from verl.data.multimodal import image_token_ids
+
+            gen_kwargs["suppress_tokens"] = sorted(image_token_ids(tok))
         if sampling.is_greedy:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             temperature = 1.0
@@ -270,6 +285,19 @@ class HFRollout(RolloutEngine):
             log_probs.append(logp[i, :end].tolist())
             finished.append(done)
         return responses, log_probs, finished
+
+
+def _image_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, multi_modal: list) -> dict | None:
+    """generate()'s image keyword arguments for rows with `multi_modal` entries (Batch.multi_modal):
+    the collated pixel values and grids, and for an mrope model (Qwen2.5-VL) the modality ids its rope
+    index needs; None when no row has images. The positions generate computes itself."""
+    if not any(m is not None for m in multi_modal):
+        return None
+    from verl.data.multimodal import forward_kwargs
+
+    kwargs = forward_kwargs(base_model(model).config, input_ids, None, multi_modal)
+    kwargs.pop("position_ids", None)
+    return kwargs
 
 
 def first_stop_prefix(ids: list, stops, tokenizer) -> int:

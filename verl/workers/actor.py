@@ -33,6 +33,7 @@ from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, base_model, lora_enabled
+from verl.models.vision import freeze_vision_tower
 from verl.workers.compile import CompiledLayers
 from verl.workers.logprobs import head_log_probs, head_sum_pi_squared, lm_head, response_hidden
 from verl.workers.memory_budget import TokenBudget, pending_bytes
@@ -63,6 +64,8 @@ class Actor(TrainingState):
         # Full fine-tuning keeps float32 master weights; a LoRA base is frozen, so model.dtype.
         load_dtype = self.compute_dtype if lora else torch.float32
         self.model = model if model is not None else load_causal_lm(model_cfg, load_dtype, device_type=device.type)
+        if model_cfg.freeze_vision_tower:  # before LoRA and the optimizer: the tower trains nowhere
+            freeze_vision_tower(self.model)
         if lora:
             self.model = apply_lora(self.model, model_cfg.lora)
         if model_cfg.enable_gradient_checkpointing:
@@ -77,7 +80,10 @@ class Actor(TrainingState):
         self.param_copy = ParamCopy(self.model, self.compute_dtype) if use_copy else None
         self.fused = model_cfg.torch_compile
         self.compiled = CompiledLayers(self.param_copy.module if use_copy else self.model, model_cfg.torch_compile)
-        self.optimizer = build_optimizer(self.model.parameters(), t.lr, t.weight_decay, device)
+        # A frozen vision tower is left out of the optimizer (otherwise all parameters: the layout the
+        # optimizer state of existing checkpoints has)
+        params = self.trainable_parameters() if model_cfg.freeze_vision_tower else self.model.parameters()
+        self.optimizer = build_optimizer(params, t.lr, t.weight_decay, device)
         if self.param_copy is not None:
             self.param_copy.watch(self.optimizer)
         self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")
@@ -134,7 +140,7 @@ class Actor(TrainingState):
         model = self.forward_model()
         with on_device(mb, self.device, self.micro.packed, self.compute_dtype, self.compiled) as (mb, packed):
             rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
-                                 packed=packed, packing_mode=self.packing_mode)
+                                 packed=packed, packing_mode=self.packing_mode, multi_modal=mb.multi_modal)
             logp, ent = self._head_log_probs(model, rh, with_entropy)
             sq = None
             if with_sum_pi_squared:

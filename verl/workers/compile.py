@@ -16,12 +16,17 @@ import logging
 
 import torch
 
+from verl.models.vision import is_vision_name
+
 logger = logging.getLogger(__name__)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks of a transformers causal LM or base model (any wrapper)."""
-    for module in model.modules():
+    """The repeated blocks of a transformers causal LM or base model (any wrapper); a vision-language
+    model's language-model layers (its vision tower's blocks are skipped)."""
+    for module_name, module in model.named_modules():
+        if is_vision_name(module_name):  # a VL model's vision blocks come first in module order
+            continue
         for name in ("layers", "h", "layer", "blocks"):
             seq = getattr(module, name, None)
             if isinstance(seq, torch.nn.ModuleList) and len(seq) > 0:

@@ -32,12 +32,22 @@ from verl.algorithms.entropy import entropy_from_logits
 from verl.models.lora import base_model
 
 
-def backbone_hidden(model: torch.nn.Module, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
-    """Last hidden states (B, T, H) of a causal LM's trunk."""
+def backbone_hidden(model: torch.nn.Module, input_ids, attention_mask, position_ids, multi_modal=None,
+                    **kwargs) -> torch.Tensor:
+    """Last hidden states (B, T, H) of a causal LM's trunk. A vision-language model's trunk
+    (`model.model`: Qwen2_5_VLModel, LlavaModel in transformers 5) takes the rows' images:
+    `multi_modal` (one MultiModalInputs or None per row, Batch.multi_modal) becomes its pixel values,
+    grids and positions (verl.data.multimodal.forward_kwargs); the LM head is applied by the caller
+    as for a text model (`get_output_embeddings`, the same lm_head)."""
     hf = base_model(model)
     trunk = getattr(hf, hf.base_model_prefix)
-    out = trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                **kwargs)
+    if multi_modal:
+        from verl.data.multimodal import forward_kwargs
+
+        kwargs.update(forward_kwargs(hf.config, input_ids, position_ids, multi_modal))
+    else:
+        kwargs["position_ids"] = position_ids
+    out = trunk(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     return out.last_hidden_state
 
 
@@ -281,13 +291,16 @@ class ResponseHidden(NamedTuple):
 
 def response_hidden(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     position_ids: torch.Tensor, response_length: int, packed=False,
-                    packing_mode: Optional[str] = None) -> ResponseHidden:
+                    packing_mode: Optional[str] = None, multi_modal=None) -> ResponseHidden:
     """One trunk pass over (B, T) rows whose last R = response_length columns are the response.
 
     Padded: position P-1+t predicts response token t, so hidden[:, T-R-1 : T-1] is kept.
     Packed (`packed=True`, or a `PackedBatch` already built from these rows): only the real
-    tokens run, as one row (`verl.workers.packing`).
+    tokens run, as one row (`verl.workers.packing`). `multi_modal`: the rows' images
+    (Batch.multi_modal), padded rows only (the config refuses packing with images).
     """
+    if any(m is not None for m in multi_modal or ()) and packed is not False and packed is not None:
+        raise ValueError("packed micro-batches cannot carry images (training.use_packed_samples)")
     if packed is not False and packed is not None:
         from verl.workers.packing import PackedBatch, causal_lm_trunk, pack_batch, packed_forward, prepare_packing
 
@@ -297,7 +310,7 @@ def response_hidden(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         hidden = packed_forward(trunk, pk, mode)[0]  # (N_all, H)
         return ResponseHidden(hidden[pk.pred_index], pk.target_ids, pk.unpack)
     b, t = input_ids.shape
-    hidden = backbone_hidden(model, input_ids, attention_mask, position_ids)
+    hidden = backbone_hidden(model, input_ids, attention_mask, position_ids, multi_modal)
     hidden = hidden[:, t - response_length - 1: t - 1].reshape(b * response_length, -1)
     targets = input_ids[:, t - response_length:].reshape(-1)
     return ResponseHidden(hidden, targets, lambda x: x.view(b, response_length))
@@ -306,14 +319,15 @@ def response_hidden(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
 def response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        position_ids: torch.Tensor, response_length: int, temperature: float = 1.0,
                        chunk_size: int = 1024, with_entropy: bool = True, packed=False,
-                       packing_mode: Optional[str] = None, fused: bool = False):
+                       packing_mode: Optional[str] = None, fused: bool = False, multi_modal=None):
     """log pi(y_t | x, y_<t) and the policy entropy at each response position.
 
     input_ids (B, T) with the response in the last R = response_length columns; padding
     positions come back as 0 when packed. Returns (log_probs (B, R), entropy (B, R)), float32.
     """
     head = lm_head(model)
-    rh = response_hidden(model, input_ids, attention_mask, position_ids, response_length, packed, packing_mode)
+    rh = response_hidden(model, input_ids, attention_mask, position_ids, response_length, packed, packing_mode,
+                         multi_modal)
     lp, ent = head_log_probs(rh.hidden, head, rh.targets, temperature, chunk_size, with_entropy, fused)
     return rh.unpack(lp), rh.unpack(ent)
 

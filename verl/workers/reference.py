@@ -75,7 +75,8 @@ class Reference:
                     lp, _ = response_log_probs(self.model, mb.input_ids, mb.attention_mask, mb.position_ids,
                                                mb.response_length, temperature=self.temperature,
                                                chunk_size=self.training.logprob_chunk_size, with_entropy=False,
-                                               packed=packed, packing_mode=self.packing_mode, fused=self.fused)
+                                               packed=packed, packing_mode=self.packing_mode, fused=self.fused,
+                                               multi_modal=mb.multi_modal)
                 out.append(pad_response_columns(lp.float(), batch.response_length))
             result = torch.cat(out).cpu()  # one copy back, before the model goes idle
         return result

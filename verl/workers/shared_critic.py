@@ -75,7 +75,7 @@ class ActorWithValueHead(Actor):
         with on_device(mb, self.device, self.micro.packed, self.compute_dtype, self.compiled) as (mb, packed):
             with contextlib.nullcontext() if train_trunk else torch.no_grad():
                 rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
-                                     packed=packed, packing_mode=self.packing_mode)
+                                     packed=packed, packing_mode=self.packing_mode, multi_modal=mb.multi_modal)
             if train_trunk:
                 logp, ent = self._head_log_probs(model, rh, with_entropy)
             values = rh.unpack(self.head(rh.hidden).squeeze(-1).float())
