@@ -111,6 +111,9 @@ def load_module_weights(model: torch.nn.Module, folder: str) -> None:
     state = {}
     for f in files:
         state.update(load_file(f))
+    is_vl = getattr(getattr(model, "config", None), "vision_config", None) is not None
+    if is_vl and set(state) - set(model.state_dict()):
+        state = _renamed_by_transformers(model, folder)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise CheckpointError(f"{folder}: weights the model does not have: {list(unexpected)[:5]}")
@@ -123,6 +126,15 @@ def load_module_weights(model: torch.nn.Module, folder: str) -> None:
         untied = [k for k in untied if k in dict(model.state_dict())]
         if untied:
             raise CheckpointError(f"{folder}: weights missing from the checkpoint: {untied[:5]}")
+
+
+def _renamed_by_transformers(model, folder: str) -> dict:
+    """The weights of `folder` under the live model's names. transformers 5 saves a vision-language model
+    under its checkpoint names (Qwen2.5-VL: `visual.*`, `model.layers.*`; in memory `model.visual.*`,
+    `model.language_model.layers.*`) and maps them back in from_pretrained: loaded through it, then
+    copied in place by the caller."""
+    fresh = type(model).from_pretrained(folder, dtype=next(model.parameters()).dtype)
+    return fresh.state_dict()
 
 
 def save_module(model: torch.nn.Module, path: str) -> None:

@@ -96,9 +96,9 @@ def record_to_row(record: Any, prompt_key: str = "prompt", answer_key: str = "an
     extra = dict(extra) if isinstance(extra, dict) else {}
     data_source = record.get("data_source") or default_source
     images = record.get(image_key)
+    images = None if images is None or (isinstance(images, (list, tuple)) and not images) else images
     return PromptRow(prompt=prompt, ground_truth=ground_truth, data_source=str(data_source),
-                     extra=extra, origin=where, images=None if images is None or images in ([], ()) else images,
-                     base_dir=base_dir)
+                     extra=extra, origin=where, images=images, base_dir=base_dir if images is not None else None)
 
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,8 @@ def image_processor_kwargs(processor, data_cfg) -> dict:
         raise DataError(f"data.min_pixels / data.max_pixels: {type(ip).__name__} resizes to a fixed size and "
                         "takes no pixel bounds; leave both unset for this model")
     own = getattr(ip, "size", None)  # a SizeDict (transformers 5) or a dict; its pixel bounds
-    bounds = {k: own.get(k) if isinstance(own, dict) else getattr(own, k, None) for k in ("shortest_edge", "longest_edge")}
+    bounds = {k: own.get(k) if isinstance(own, dict) else getattr(own, k, None)
+              for k in ("shortest_edge", "longest_edge")}
     if data_cfg.min_pixels is not None:
         bounds["shortest_edge"] = data_cfg.min_pixels
     if data_cfg.max_pixels is not None:

@@ -305,7 +305,8 @@ def load_processor(name: str, key: str = "model.name", trust_remote_code: bool =
         try:
             processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         except ImportError as exc:
-            if "torchvision" not in str(exc).lower() or not os.path.exists(os.path.join(path, "processor_config.json")):
+            has_config = os.path.exists(os.path.join(path, "processor_config.json"))
+            if "torchvision" not in str(exc).lower() or not has_config:
                 raise
             processor = _processor_without_video(path, trust_remote_code)
     except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
