@@ -189,7 +189,8 @@ class _Engine:
         self.calls = []
 
     def generate(self, prompts, sampling_params=None, use_tqdm=True):
-        self.calls.append((len(prompts), sampling_params.n, sampling_params.logprobs))
+        self.calls.append((len(prompts), sampling_params.n, sampling_params.logprobs,
+                           getattr(sampling_params, "flat_logprobs", False)))
         return ["out"] * len(prompts) * sampling_params.n
 
 
@@ -202,8 +203,11 @@ def test_generation_probe_replays_the_exact_call():
         assert llm.generate(prompts, sampling_params=params, use_tqdm=False) == ["out"] * 6
     assert len(rec.seconds) == 3 and rec.calls[1]["sampling_params"] is params
     replays = probe.replay(rec, group=2, repeats=2)
-    assert llm.calls[3:] == [(6, 1, 0)] * 2 + [(6, 1, None)] * 2 + [(3, 2, 0)] * 2  # same, no log-probs, n=group
+    # same, no log-probs, flat log-prob lists, n=group
+    assert llm.calls[3:] == ([(6, 1, 0, False)] * 2 + [(6, 1, None, False)] * 2 + [(6, 1, 0, True)] * 2
+                             + [(3, 2, 0, False)] * 2)
     assert params.logprobs == 0 and params.n == 1  # the variants were clones: TRL's own object is untouched
+    assert not hasattr(params, "flat_logprobs")
     assert len(rec.seconds) == 3  # the replays are not counted as TRL's calls
     s = probe.summary([0.5, 0.3, 0.3], rec, replays, probe.engine_settings(llm), warmup=1)
     assert s["trl_generate_s"] == 0.3 and s["around_engine_s"] == round(0.3 - s["trl_engine_call_s"], 4)
