@@ -150,6 +150,9 @@
 #             same-machine verl row: ~1,280 s; + e2e-b (420) if time is left
 #   session 4: as session 3 for (c): e2e-c-real-ll, e2e-c-ll; then e2e-b-real (defaults) if time is left
 #   e2e-b / e2e-c (defaults, 5 steps) and the second real-verl machine start need a fifth session.
+# Seen on 2026-12-03 11:11-11:26 (session 14, 0216c37, machine start 1 of #40): a 88 s start, staging 7 parts ~30 s,
+# install + versions ~40 s, e2e-b-ll 411 s (1.88x), e2e-c-ll 366 s (1.25x), back to back on one held machine. Left for #40:
+# e2e-a-ll; machine start 2 of e2e-b-ll / e2e-c-ll (E2E_TAG=_run2, then merge); real verl at (b) and (c) (sessions 3-4 above).
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
