@@ -254,6 +254,11 @@ def test_placeholder_tokens_are_masked_out_of_the_response(tmp_path, vl_data):
                                                              responses=None, response_mask=None, position_ids=None),
                              [[t, pad, t, end]], None, tok, 8)
     assert plain.response_mask[0].tolist() == [1.0, 1.0, 1.0, 1.0]
+    # the actor's forward takes such a response (its trunk sees a pad where the placeholder was: the model
+    # would otherwise look for a 5th image feature), with finite log-probs
+    actor, _, _ = _actor(tmp_path / "actor", "qwen2_5_vl", vl_data)
+    logp, _ = actor.compute_log_probs(batch)
+    assert torch.isfinite(logp).all()
 
 
 @pytest.mark.parametrize("extra,key", [

@@ -123,6 +123,26 @@ def forward_kwargs(config, input_ids: torch.Tensor, position_ids: Optional[torch
     return {"position_ids": position_ids, **images}
 
 
+def without_response_placeholders(config, input_ids: torch.Tensor, response_length: int) -> torch.Tensor:
+    """input_ids (B, T) for the trunk, with image/video placeholder ids in the last `response_length`
+    columns (a response an engine let generate them) replaced by the pad id: the model's forward
+    scatters one image feature into every placeholder and fails when there are more placeholders than
+    features. Those tokens are out of the loss already (response_mask 0, verl.rollout.base); the tokens
+    after them are conditioned on a pad instead. Returns input_ids itself when there are none."""
+    ids = {getattr(config, name, None) for name in ("image_token_id", "video_token_id", "image_token_index")}
+    ids = sorted(i for i in ids if isinstance(i, int))
+    if not ids or response_length == 0:
+        return input_ids
+    t = input_ids.shape[1]
+    hit = torch.isin(input_ids[:, t - response_length:], torch.tensor(ids, device=input_ids.device))
+    if not bool(hit.any()):
+        return input_ids
+    pad = getattr(config.get_text_config() if hasattr(config, "get_text_config") else config, "pad_token_id", None)
+    out = input_ids.clone()
+    out[:, t - response_length:] = out[:, t - response_length:].masked_fill(hit, 0 if pad is None else pad)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Images
 # ---------------------------------------------------------------------------

@@ -310,7 +310,12 @@ def response_hidden(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         hidden = packed_forward(trunk, pk, mode)[0]  # (N_all, H)
         return ResponseHidden(hidden[pk.pred_index], pk.target_ids, pk.unpack)
     b, t = input_ids.shape
-    hidden = backbone_hidden(model, input_ids, attention_mask, position_ids, multi_modal)
+    trunk_ids = input_ids
+    if multi_modal:  # placeholders in a response have no image: the trunk sees pads there (targets unchanged)
+        from verl.data.multimodal import without_response_placeholders
+
+        trunk_ids = without_response_placeholders(base_model(model).config, input_ids, response_length)
+    hidden = backbone_hidden(model, trunk_ids, attention_mask, position_ids, multi_modal)
     hidden = hidden[:, t - response_length - 1: t - 1].reshape(b * response_length, -1)
     targets = input_ids[:, t - response_length:].reshape(-1)
     return ResponseHidden(hidden, targets, lambda x: x.view(b, response_length))
