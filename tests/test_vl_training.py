@@ -278,6 +278,13 @@ def test_refusals_name_the_key(tmp_path, vl_data, extra, key):
     assert message.startswith(f"{key}:") and "vision-language" in message and "\n" not in message
 
 
+def test_freeze_vision_tower_on_a_text_model_is_refused(tmp_path, tiny_qwen2):
+    over = {"model.name": "tiny:qwen2", "model.freeze_vision_tower": "true"}
+    cfg = load_config(None, small_overrides(tmp_path, **over))
+    with pytest.raises(ConfigError, match=r"^model.freeze_vision_tower: true, but model.name 'tiny:qwen2' has no"):
+        check_vision_language(cfg)
+
+
 def test_ray_backend_is_refused(tmp_path, vl_data):
     cfg = _config(tmp_path, "qwen2_5_vl", vl_data)
     cfg.distributed.backend = "ray"  # set after loading: the check itself, whatever else Ray needs

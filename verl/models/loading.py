@@ -344,6 +344,9 @@ def check_vision_language(cfg) -> None:
     before any weights load with one line naming the key (docs/vision_language.md)."""
     m = cfg.model
     if m.gguf_file or not is_vision_language(m.name, "model.name", m.trust_remote_code):
+        if m.freeze_vision_tower:
+            raise ConfigError(f"model.freeze_vision_tower: true, but model.name '{m.name}' has no vision tower "
+                              "(not a vision-language model); set it to false")
         return
     from verl.algorithms.requirements import needs_critic
 

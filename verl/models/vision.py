@@ -27,13 +27,9 @@ def vision_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parame
 
 def freeze_vision_tower(model: torch.nn.Module) -> int:
     """requires_grad off for the vision tower's parameters (model.freeze_vision_tower); returns how many
-    parameters (elements) were frozen. A model without a vision tower is a ConfigError."""
+    parameters (elements) were frozen. On a text model the key is refused before it loads
+    (verl.models.loading.check_vision_language)."""
     params = vision_parameters(model)
-    if not params:
-        from verl.errors import ConfigError
-
-        raise ConfigError("model.freeze_vision_tower: true, but model.name has no vision tower (a text model); "
-                          "set it to false")
     for _, p in params:
         p.requires_grad_(False)
     return sum(p.numel() for _, p in params)
