@@ -7,16 +7,21 @@ import os
 import pytest
 import yaml
 
-from verl.trainer.example_scripts import TRAINS, doc_rows, load, outcome, provide_files, run_all, write_rows
+from verl.trainer.example_scripts import (TRAINS, VISION_FAMILY, doc_rows, is_vision, load, outcome, provide_files,
+                                          run_all, write_rows)
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
 from verl.trainer.main_ppo import main
 
+VISION_MODEL = f"tiny:{VISION_FAMILY}"  # the stand-in of real verl's vision-language models (verl/models/tiny_vl.py)
+
 # A representative set, trained for one step each: PPO with a critic (the canonical script), GRPO on
 # real verl's default GSM8K + MATH list (per-data_source rewards), LoRA, a reward model, the DAPO
 # reward manager with GSPO, an SGLang script, one with --config-path/--config-name, a custom
-# compute_score and sampled validation, REINFORCE++ and RLOO.
+# compute_score and sampled validation, REINFORCE++ and RLOO, and a vision-language script (geo3k with
+# LoRA and exclude_modules, on the tiny Qwen2.5-VL; tests/test_main_ppo_vl.py trains the other geo3k ones).
 REPRESENTATIVE = [
+    "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh",
     "examples/ppo_trainer/run_deepseek7b_llm.sh",
     "examples/grpo_trainer/run_qwen2-7b_math.sh",
     "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh",
@@ -39,6 +44,9 @@ def test_every_script_is_translated_as_the_doc_table_says():
         assert line == TRAINS or "\n" not in line and "--debug for the traceback" not in line, (name, line)
     megatron = [n for n in doc if "megatron" in n.lower()]
     assert megatron and all("Megatron" in doc[n] for n in megatron)
+    # the vision-language scripts (data.image_key) run on the tiny VL model: all but the custom-dataset one train
+    vision = [s.name for s in load().scripts if is_vision(s)]
+    assert len(vision) == 10 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVE)
@@ -47,7 +55,7 @@ def test_representative_script_trains_a_step(name, tmp_path, tiny_gpt2):
     script = next(s for s in examples.scripts if s.name == name)
     provide_files(examples, str(tmp_path / "real_verl"))
     assert doc_rows()[name] == TRAINS
-    assert outcome(script, str(tmp_path), tiny_gpt2, train=True) == TRAINS
+    assert outcome(script, str(tmp_path), tiny_gpt2, train=True, vision_model=VISION_MODEL) == TRAINS
 
 
 def test_script_arguments_keep_the_original_key_set(tmp_path, tiny_gpt2):

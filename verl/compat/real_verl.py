@@ -99,6 +99,13 @@ def _pick(value, key: str, choices: dict, what: str = "") -> Any:
     return choices[value]
 
 
+def _module_names(value, key: str):
+    """peft's exclude_modules / target_modules value: a regex (one string) or a list of module names."""
+    if isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        return value if isinstance(value, str) else list(value)
+    raise ConfigError(f"{key}: expected a regex or a list of module names, got {value!r}")
+
+
 def _path(value) -> str:
     return os.path.expanduser(str(value))
 
@@ -503,6 +510,7 @@ _PROFILER = "profiling"
 
 # The reward rows live in their own module; it reads the helpers above (so it is imported here, not at the top).
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES  # noqa: E402
+from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing  # noqa: E402
 
 _ENTRIES: list[tuple[str, dict]] = [
     # ---- data
@@ -533,10 +541,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.dataloader_num_workers", ignored(_ENGINE)),
     ("data.use_shm", ignored(_ENGINE)),
     ("data.validation_shuffle", ignored("validation order does not change its metrics")),
-    ("data.image_key", ignored("text-only data here")),
-    ("data.video_key", ignored("text-only data here")),
-    ("data.image_patch_size", ignored("text-only data here")),
-    ("data.return_multi_modal_inputs", ignored("text-only data here")),
     ("data.trust_remote_code", ignored("the tokenizer follows actor_rollout_ref.model.trust_remote_code")),
     ("data.train_max_samples", only(-1, None, why="random subsets of the training set")),
     ("data.val_max_samples", only(-1, None, why="random subsets of the validation set")),
@@ -559,11 +563,16 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.trust_remote_code", to("model.trust_remote_code", as_bool)),
     (f"{ARR}.model.enable_gradient_checkpointing", to("model.enable_gradient_checkpointing", as_bool,
                                                       real_default=True, note="memory and speed only")),
-    (f"{ARR}.model.use_remove_padding", to("training.use_packed_samples", as_bool, note="padding-free packing")),
+    (f"{ARR}.model.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
+                                               note="padding-free packing; a vision-language model trains padded "
+                                                    "here (same results)")),
     (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
     (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
     (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
-    (f"{ARR}.model.exclude_modules", only(None, why="LoRA module exclusion")),
+    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", _module_names,
+                                        note="peft's exclude_modules, as real verl's FSDP engine passes it: a "
+                                             "regex of whole names or a list of names; not given, all-linear "
+                                             "skips a vision-language model's tower here (real verl adapts it)")),
     (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
                                             "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
@@ -624,12 +633,12 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
     (f"{ACTOR}.use_torch_compile", ignored(_ENGINE)),
     (f"{ACTOR}.use_prefix_grouper", ignored("the shared-prompt forward of a group: speed only")),
-    (f"{ACTOR}.freeze_vision_tower", only(False, why="vision-language models; the data here is text only")),
     (f"{ACTOR}.ulysses_sequence_parallel_size", ignored("sequence parallelism: " + _ENGINE)),
     (f"{ACTOR}.entropy_from_logits_with_chunking", ignored("entropy is computed in chunks here anyway")),
     (f"{ACTOR}.entropy_checkpointing", ignored("memory only")),
     (f"{ACTOR}.use_fused_kernels", ignored("fused kernels: " + _ENGINE)),
-    (f"{ACTOR}.use_remove_padding", to("training.use_packed_samples", as_bool, note="padding-free packing")),
+    (f"{ACTOR}.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
+                                           note="as model.use_remove_padding")),
     (f"{ACTOR}.tis_imp_ratio_cap", custom(_tis_cap, "rollout.tis_cap", note="-1 = off")),
     (f"{ACTOR}.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
     (f"{ACTOR}.profiler.*", ignored(_PROFILER)),
@@ -778,6 +787,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.rollout_n", ignored("follows rollout.n")),
     ("critic.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
     ("critic.profiler.*", ignored(_PROFILER)),
+    # ---- vision-language data and models
+    *VISION_ENTRIES,  # verl/compat/real_verl_vision.py
     # ---- rewards
     *REWARD_ENTRIES,  # verl/compat/real_rewards.py
     # ---- algorithm

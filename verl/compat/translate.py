@@ -166,6 +166,7 @@ class Context:
         self._steps: Optional[int] = None
         self._prompts: Optional[int] = None
         self._train_rows = None
+        self.notes: list[str] = []  # lines a converter adds about what it decided (printed with the others)
 
     def get(self, key: str) -> Any:
         return self.values.get(key)
@@ -483,6 +484,7 @@ def translate(argv: list[str]) -> Translation:
         raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")
     ctx.train_rows()  # required, and read before any model loads: a bad row fails in a second
     _apply(ctx, items, 2, notes)
+    notes += ctx.notes
     steps = ctx.total_steps()
     if ctx.get("trainer.total_training_steps") is None and "training.total_steps" not in native:
         notes.append(f"training.total_steps={steps}: trainer.total_epochs={ctx.get('trainer.total_epochs')} x "

@@ -6,8 +6,10 @@
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
 they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
-folder), the data (two-row parquet files in real verl's GSM8K layout; MATH, DAPO-Math and AIME
-layouts for files of those names), the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 and
+folder; for a vision-language script, one that sets data.image_key, the tiny random Qwen2.5-VL of
+verl/models/tiny_vl.py), the data (two-row parquet files in real verl's GSM8K layout; MATH, DAPO-Math and
+AIME layouts for files of those names; geo3k rows with a PNG image each for a vision-language script),
+the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 tokens (256 with an image) and
 responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
 scratch folder, and files inside real verl's tree that a script reads (a custom reward file) are
@@ -44,6 +46,9 @@ SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_pro
          "reward.reward_kwargs.overlong_buffer_cfg.len": "2",
          # a context size: the script's 32768 is its Qwen's, the stand-in GPT-2 learns 512 positions
          "actor_rollout_ref.model.override_config.max_position_embeddings": "512"}
+# a vision-language script's prompt holds the image's tokens and geo3k's instruction (about 100 tokens here)
+VISION_SIZES = {"data.max_prompt_length": "256"}
+VISION_FAMILY = "qwen2_5_vl"  # the stand-in of a vision-language script's model (verl/models/tiny_vl.py)
 ALWAYS = ("data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
           "actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.total_training_steps", "trainer.n_gpus_per_node")
 MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
@@ -90,16 +95,50 @@ def load(path: str = DATA) -> Examples:
 # ---------------------------------------------------------------------------
 
 
+GEO3K_INSTRUCTION = (r"You FIRST think about the reasoning process as an internal monologue and then provide the final "
+                     r"answer. The reasoning process MUST BE enclosed within <think> </think> tags. The final answer "
+                     r"MUST BE put in \boxed{}.")
+
+
+def geo3k_image(i: int, size: int = 56) -> bytes:
+    """A small PNG drawn with PIL: a triangle with a side labelled by the row's number (a different
+    picture per row, so that images change the log-probs)."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(img)
+    draw.polygon([(4, size - 4), (size - 4, size - 4), (4 + (i * 7) % (size - 8), 6)], outline="black", fill=(
+        (40 * i) % 256, 120, 200))
+    draw.text((size // 2 - 4, size - 16), str(i % 10), fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def geo3k_row(i: int) -> dict:
+    """One row as real verl's examples/data_preprocess/geo3k.py writes hiyouga/geometry3k: the problem
+    (its "<image>" marker first) plus the instruction, the image as {bytes, path}, the answer."""
+    problem = f"<image>Find x. The side is {i + 3}."
+    return {"data_source": "hiyouga/geometry3k", "ability": "math",
+            "prompt": [{"role": "user", "content": problem + " " + GEO3K_INSTRUCTION}],
+            "images": [{"bytes": geo3k_image(i), "path": None}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + 3)},
+            "extra_info": {"split": "train", "index": i, "answer": str(i + 3), "question": problem}}
+
+
 def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
     """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py),
     math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers), dapo (DAPO-Math-17k:
-    data_source math_dapo, 'Answer:' answers) or aime (the same, data_source aime_2024)."""
+    data_source math_dapo, 'Answer:' answers), aime (the same, data_source aime_2024) or geo3k
+    (geo3k.py: hiyouga/geometry3k with one PNG image per row)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = []
     for i in range(start, start + n):
-        if kind in ("dapo", "aime"):
+        if kind == "geo3k":
+            rows.append(geo3k_row(i))
+        elif kind in ("dapo", "aime"):
             content = f"What is {i} + 4? Put the final answer after 'Answer:'."
             rows.append({"data_source": "math_dapo" if kind == "dapo" else "aime_2024", "ability": "MATH",
                          "prompt": [{"role": "user", "content": content}],
@@ -130,8 +169,9 @@ def _engine_runs(module: str) -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec(module) is not None
 
 
-def _data_value(raw: str, split: str, work: str) -> str:
-    """The script's file (or list of files) -> tiny parquet files of the same kinds, in that order."""
+def _data_value(raw: str, split: str, work: str, vision: bool = False) -> str:
+    """The script's file (or list of files) -> tiny parquet files of the same kinds, in that order
+    (a vision-language script's: geo3k rows with images)."""
     import yaml
 
     try:
@@ -142,7 +182,7 @@ def _data_value(raw: str, split: str, work: str) -> str:
     out = []
     for i, f in enumerate(files):
         name = str(f).lower()
-        kind = ("aime" if "aime" in name else "dapo" if "dapo" in name else
+        kind = ("geo3k" if vision else "aime" if "aime" in name else "dapo" if "dapo" in name else
                 "math" if "math" in name and "gsm8k" not in name else "gsm8k")
         path = os.path.join(work, f"{split}_{i}_{kind}.parquet")
         if not os.path.exists(path):
@@ -151,9 +191,18 @@ def _data_value(raw: str, split: str, work: str) -> str:
     return str(out) if isinstance(value, list) else out[0]
 
 
-def tiny_args(script: Script, work: str, model: str, root: str) -> list[str]:
+def is_vision(script: Script) -> bool:
+    """A vision-language script: it names an image column (data.image_key), as real verl's geo3k ones do."""
+    return any(a.lstrip("+").startswith("data.image_key=") for a in script.args)
+
+
+def tiny_args(script: Script, work: str, model: str, root: str, vision_model: str = "") -> list[str]:
     """The script's arguments with model, data, sizes and steps replaced (module doc); `work` is
-    this run's scratch folder, `root` stands for real verl's tree (provide_files)."""
+    this run's scratch folder, `root` stands for real verl's tree (provide_files). A vision-language
+    script (is_vision) runs on `vision_model` with geo3k rows, when one is given."""
+    vision = bool(vision_model) and is_vision(script)
+    model = vision_model if vision else model
+    sizes = {**SIZES, **(VISION_SIZES if vision else {})}
     args, seen = [], set()
     for arg in script.args:
         arg = arg.replace("{real_verl}", root)
@@ -164,11 +213,11 @@ def tiny_args(script: Script, work: str, model: str, root: str) -> list[str]:
         key = raw_key.lstrip("+")
         seen.add(key)
         if key in ("data.train_files", "data.val_files"):
-            value = _data_value(value, "train" if key == "data.train_files" else "val", work)
+            value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision)
         elif key in MODEL_KEYS:
             value = model
-        elif key in SIZES:
-            value = SIZES[key]
+        elif key in sizes:
+            value = sizes[key]
         elif key == "actor_rollout_ref.rollout.n":
             value = str(min(2, int(float(value))))
         elif key == "actor_rollout_ref.rollout.name" and value in ("vllm", "sglang") and not _engine_runs(value):
@@ -179,8 +228,8 @@ def tiny_args(script: Script, work: str, model: str, root: str) -> list[str]:
             value = os.path.join(work, "out")
         args.append(f"{raw_key}={value}")
     if "data.train_files" not in seen:
-        args.append(f"data.train_files={_data_value('gsm8k', 'train', work)}")
-    args += [f"{k}={SIZES[k]}" for k in ALWAYS if k not in seen]
+        args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision)}")
+    args += [f"{k}={sizes[k]}" for k in ALWAYS if k not in seen]
     for k, v in (("trainer.default_local_dir", os.path.join(work, "out")), ("trainer.logger", "['console']"),
                  ("trainer.device", "cpu")):
         if k not in seen:
@@ -209,7 +258,7 @@ def provide_files(examples: Examples, root: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def outcome(script: Script, work: str, model: str, train: bool) -> str:
+def outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     """TRAINS, or the one line main_ppo refuses the script with (scratch paths shown as <tmp>).
     train=False stops after the translation and all checks (nothing loads, nothing trains)."""
     from verl.compat.translate import load_translated, translate
@@ -217,7 +266,7 @@ def outcome(script: Script, work: str, model: str, train: bool) -> str:
     from verl.trainer.main_ppo import main
 
     run_dir = tempfile.mkdtemp(dir=work)
-    args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"))
+    args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
         try:
             load_translated(translate(args))
@@ -242,14 +291,15 @@ def _scrub(text: str, *dirs: str) -> str:
 
 def run_all(train: bool = True, names=None) -> dict[str, str]:
     from verl.models.tiny import tiny_model_path
+    from verl.models.tiny_vl import tiny_vl_model_path
 
     examples, results = load(), {}
-    model = tiny_model_path("gpt2")
+    model, vision_model = tiny_model_path("gpt2"), tiny_vl_model_path(VISION_FAMILY)
     with tempfile.TemporaryDirectory() as work:
         provide_files(examples, os.path.join(work, "real_verl"))
         for script in examples.scripts:
             if names is None or script.name in names:
-                results[script.name] = outcome(script, work, model, train)
+                results[script.name] = outcome(script, work, model, train, vision_model)
     return results
 
 
