@@ -355,7 +355,8 @@ def check_vision_language(cfg) -> None:
                                 "take images yet; use distributed.backend: none"),
         "algorithm.adv_estimator": (needs_critic(cfg.algorithm) or cfg.critic.share_actor,
                                     f"{cfg.algorithm.adv_estimator} needs a critic, whose value model does not "
-                                    "take images yet; use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...)"),
+                                    "take images yet; use a critic-free estimator (grpo, rloo, reinforce_plus_plus, "
+                                    "...)"),
         "training.use_packed_samples": (bool(cfg.training.use_packed_samples) and not cfg.training.packed_by_default,
                                         "true: packed micro-batches (one row of several sequences) cannot carry "
                                         "their images; set it to false (padded micro-batches)"),

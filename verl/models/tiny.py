@@ -226,7 +226,8 @@ def tiny_model_path(arch: str) -> str:
 
 
 def resolve_model_name(name: str) -> str:
-    """Map `tiny:<arch>` (a vision-language family of verl/models/tiny_vl.py included) to its cached folder and a fetched model's short name (e.g.
+    """Map `tiny:<arch>` (a vision-language family of verl/models/tiny_vl.py included) to its cached
+    folder and a fetched model's short name (e.g.
     `smollm2-135m-instruct`, see `verl models fetch`) to its folder; others pass through."""
     if name.startswith("tiny:"):
         arch = name[len("tiny:"):]
