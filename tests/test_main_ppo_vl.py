@@ -309,3 +309,37 @@ def test_freeze_vision_and_lora_scripts_train_a_step(name, want, tmp_path, capsy
     assert want in tr_(args).overrides
     rows = _train_script(name, tmp_path, capsys)
     assert any(r.get("step") == 1 and "actor/pg_loss" in r for r in rows)
+
+
+VARYING_REWARD = '''def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Differs between the two samples of a prompt (their texts differ), so advantages are not all 0."""
+    return (sum(map(ord, solution_str)) % 97) / 97.0
+'''
+
+
+@pytest.mark.parametrize("name, vision_trained", [
+    ("examples/grpo_trainer/run_qwen2_5_vl-7b.sh", True),
+    ("examples/grpo_trainer/run_qwen2_5_vl-7b_freeze_vision.sh", False),
+])
+def test_a_real_step_trains_the_vision_tower_unless_frozen(name, vision_trained, tmp_path, capsys):
+    """With a reward that varies, one step of real verl's geo3k script changes the language model and
+    (its pixels reach the forward) the vision tower; the freeze_vision script's tower stays as it was."""
+    from safetensors.torch import load_file
+
+    from verl.models.tiny import tiny_model_path
+    from verl.models.tiny_vl import tiny_vl_model_path
+
+    reward = tmp_path / "varying.py"
+    reward.write_text(VARYING_REWARD)
+    examples = es.load()
+    script = next(s for s in examples.scripts if s.name == name)
+    model = tiny_vl_model_path("qwen2_5_vl")
+    args = es.tiny_args(script, str(tmp_path), tiny_model_path("gpt2"), str(tmp_path), model)
+    args += [f"custom_reward_function.path={reward}", "actor_rollout_ref.actor.optim.lr=1e-2",
+             "actor_rollout_ref.actor.use_kl_loss=False"]
+    assert main(args) == 0, capsys.readouterr().err[-3000:]
+    before = load_file(os.path.join(model, "model.safetensors"))
+    after = load_file(str(tmp_path / "out" / "model.safetensors"))
+    changed = {k for k in before if not (before[k] == after[k]).all()}
+    assert any(k.startswith("model.layers.") for k in changed)
+    assert any(k.startswith("visual.") for k in changed) is vision_trained, sorted(changed)
