@@ -70,6 +70,9 @@ class RolloutConfig(Section):
     # or layerwise (vLLM's reload_weights, which re-processes every layer: what a quantized engine
     # gets whatever this says, and the CPU backend, whose linear weights are packed after loading)
     weight_reload: str = key("direct", choices=("direct", "layerwise"), resume_safe=True)
+    # vLLM, vision-language models: images per prompt the engine takes (vLLM's limit_mm_per_prompt;
+    # None: vLLM's own default); a prompt with more is a one-line error naming this key
+    limit_images: Optional[int] = key(None, ge=1, resume_safe=True)
     kv_cache_gb: float = key(1.0, gt=0, resume_safe=True)  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
     # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU

@@ -4,15 +4,19 @@ generation engine (the vLLM engine, the HF backend's weight copy, a merged save)
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
 from verl.models.lora import base_model
 
 
-def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(checkpoint name, tensor) for every parameter and persistent buffer of a causal LM.
+def hf_named_weights(model: torch.nn.Module,
+                     skip: Optional[Callable[[str], bool]] = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(checkpoint name, tensor) for every parameter and persistent buffer of a causal LM (or of a
+    vision-language model: `model.visual.*`, `model.language_model.*`, ... as transformers 5 saves them,
+    the vision tower included), less the names `skip` is true for (a frozen vision tower,
+    verl.rollout.in_process).
 
     Names are the model's `state_dict` names (what `save_pretrained` writes). Tied
     parameters appear once. For a peft model the LoRA deltas are merged on the fly
@@ -39,6 +43,8 @@ def hf_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor
             head, _, rest = name.partition(".modules_to_save.")
             adapter, _, leaf = rest.partition(".")
             name = f"{head}.{leaf}"
+        if skip is not None and skip(name):
+            continue
         key = id(tensor)
         if key in seen:  # tied weights (e.g. lm_head = embed_tokens) go once
             continue

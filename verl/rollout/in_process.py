@@ -4,14 +4,22 @@ A subclass implements `load_weights(weights) -> bytes` (asleep or awake) and rec
 metrics in `_pending_metrics`; `sync_weights` streams the module's weights (HF names, LoRA merged)
 through it (lazily to an engine that sets `loads_weight_stream`, else as one list), remembers the module (re-synced from after a sleep that dropped the weights), and
 returns the sync's seconds and bytes with the sleep/wake metrics since the last sync.
+
+A vision-language actor's weights go under their HF names, the vision tower's included
+(`model.visual.*`, `model.vision_tower.*`, `model.multi_modal_projector.*`; vLLM's own name mapping
+takes them). With `model.freeze_vision_tower` the tower (and its projector: verl.models.vision) never
+changes: it is sent at the first sync (and after a sleep that released the engine's weights) and left
+out of the others, which send only the rest.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable, Optional
 
 import torch
 
+from verl.models.lora import base_model
 from verl.rollout.base import RolloutEngine
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.vllm_weights import export_hf_folder
@@ -26,6 +34,10 @@ class InProcessEngine(RolloutEngine):
     # load_weights takes a lazy stream of (name, tensor) and consumes it once, in bounded buckets:
     # a LoRA model's merged weights then never exist all at once (verl.rollout.hf_weights.weight_buckets)
     loads_weight_stream = False
+    # Which weight names a frozen vision tower has (model.freeze_vision_tower; None: none frozen), and
+    # whether the engine holds them already (set by the first sync that sent them)
+    frozen: Optional[Callable[[str], bool]] = None
+    _frozen_loaded = False
 
     def _record_generate(self, start: float, call_start: float, call_end: float, parsed: float = None,
                          decode_s: float = None) -> None:
@@ -53,17 +65,41 @@ class InProcessEngine(RolloutEngine):
         engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
         engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
                      **engine_start_args(model, tokenizer, config))
+        if getattr(config.model, "freeze_vision_tower", False):
+            engine.freeze_vision_tower(model)
         engine.sync_weights(model)
         return engine
 
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError
 
+    def holds_weights(self) -> bool:
+        """Whether the engine's weights are in place (False after a sleep that released them)."""
+        return True
+
+    def freeze_vision_tower(self, model: torch.nn.Module) -> None:
+        """model.freeze_vision_tower: the vision tower is sent once, then left out of every sync while
+        the engine holds it. Its parameters must all be frozen (requires_grad False), else the engine
+        would keep a stale copy of weights the update changes."""
+        from verl.models.vision import is_vision_name, vision_parameters
+
+        params = vision_parameters(model)
+        trainable = next((n for n, p in params if p.requires_grad), None)
+        if trainable:
+            raise RuntimeError(f"model.freeze_vision_tower is true but {trainable} (in the vision tower) requires "
+                               "grad: the engine would keep its first copy while the update changes it")
+        self.frozen, self._frozen_loaded = (is_vision_name if params else None), False
+        if params:
+            print(f"verl: model.freeze_vision_tower: the vision tower ({sum(p.numel() for _, p in params):,} "
+                  "parameters) goes to the engine once; later weight syncs send the rest", flush=True)
+
     def sync_weights(self, model: torch.nn.Module) -> dict:
         start = time.perf_counter()
-        weights = hf_named_weights(model)
+        skip = self.frozen if (self._frozen_loaded and self.holds_weights()) else None
+        weights = hf_named_weights(model, skip=skip)
         n_bytes = self.load_weights(weights if self.loads_weight_stream else list(weights))
         self._source = model
+        self._frozen_loaded = self.frozen is not None
         metrics = {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
         metrics.update(self._pending_metrics)
         self._pending_metrics = {}
@@ -86,6 +122,10 @@ def engine_start_args(model, tokenizer, config) -> dict:
     batch_size = getattr(getattr(config, "training", None), "batch_size", None)
     max_num_seqs = batch_size * (config.rollout.n or 1) if batch_size else None
     args = dict(model_path=path, device=str(next(model.parameters()).device), max_num_seqs=max_num_seqs)
+    pixels = {k: getattr(getattr(config, "data", None), k, None) for k in ("min_pixels", "max_pixels")}
+    pixels = {k: v for k, v in pixels.items() if v is not None}
+    if pixels and getattr(base_model(model).config, "vision_config", None) is not None:
+        args["mm_processor_kwargs"] = pixels  # a vision-language model's image sizes, as the actor's processor got
     a = getattr(config, "async_training", None)
     if a is not None:
         args.update(a.engine_args(max_num_seqs))

@@ -30,6 +30,18 @@ by `wake_up()`. Each call returns its seconds and the memory it freed or took (a
 `last_sleep_metrics`, and added to the metrics of the `sync_weights()` that follows, which
 the trainer logs every step): rollout/sleep_s, rollout/sleep_freed_gib, rollout/wake_s.
 
+Vision-language models (a `vision_config` in the folder's config.json; docs/vision_language.md).
+A prompt row with images (`Batch.multi_modal[i]`, a verl.data.multimodal.MultiModalInputs) is sent
+as {"prompt_token_ids": engine_prompt_ids, "multi_modal_data": {"image": [PIL images]}}: the
+prompt with one image-pad token per image, which vLLM's own processor expands into the image's
+patch tokens. The returned Batch keeps the prompts Batch's input_ids, the prompt the actor's
+processor expanded, so the actor and the engine see the same tokens; that vLLM expanded it to
+exactly those ids is checked for every such request (a different patch count, e.g. from
+data.min_pixels / data.max_pixels not reaching one side, is an error, not a silent mismatch).
+The engine starts with `limit_mm_per_prompt` (rollout.limit_images, no video) and the data's
+min/max pixels as `mm_processor_kwargs`. The vision tower's weights are synced under their HF
+names like every other weight (verl/rollout/in_process.py, model.freeze_vision_tower).
+
 Per call, the Python around the engine is kept small (measured by benchmarks/rollout.py
 against raw `LLM.generate` on the same requests): one engine call with every sample, prompt
 ids and response tensors built from whole lists (no per-row tensor ops), no detokenization
@@ -87,13 +99,41 @@ def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor,
 # ---------------------------------------------------------------------------
 
 
-def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
-    """Loud, early errors for models vLLM cannot run (instead of a crash at the first step)."""
+def _folder_config(model_path: str) -> dict:
+    """The folder's config.json ({} for a hub name: vLLM resolves and checks it)."""
     cfg_file = os.path.join(model_path, "config.json")
     if not os.path.exists(cfg_file):
-        return  # hub name: vLLM resolves and checks it
+        return {}
     with open(cfg_file, encoding="utf-8") as fh:
-        cfg = json.load(fh)
+        return json.load(fh)
+
+
+def is_vision_language(model_cfg: dict) -> bool:
+    """A vision-language checkpoint (Qwen2.5-VL, LLaVA, ...): its config.json has a vision tower."""
+    return "vision_config" in model_cfg
+
+
+def multimodal_engine_args(model_cfg: dict, limit_images: Optional[int], mm_processor_kwargs: Optional[dict]) -> dict:
+    """vllm.LLM keywords for a vision-language model ({} for a text model, whose engine is unchanged):
+    at most `limit_images` images per prompt (None: vLLM's own limit) and no video (a model with a
+    video token would otherwise reserve memory for, and profile, video inputs the data never has);
+    the image processor's keywords (min/max pixels), the same the actor's processor got."""
+    if not is_vision_language(model_cfg):
+        return {}
+    limits = {} if limit_images is None else {"image": int(limit_images)}
+    if model_cfg.get("video_token_id") is not None:
+        limits["video"] = 0
+    args = {"limit_mm_per_prompt": limits} if limits else {}
+    if mm_processor_kwargs:
+        args["mm_processor_kwargs"] = dict(mm_processor_kwargs)
+    return args
+
+
+def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
+    """Loud, early errors for models vLLM cannot run (instead of a crash at the first step)."""
+    cfg = _folder_config(model_path)
+    if not cfg:
+        return  # hub name: vLLM resolves and checks it
     archs = cfg.get("architectures") or []
     if archs and not any(a in supported_archs for a in archs):
         raise ValueError(f"rollout.name: vllm does not support the architecture {', '.join(archs)} of "
@@ -111,8 +151,10 @@ def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
 class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
-                 enable_prefix_caching: bool = True):
-        """`max_num_seqs`: the engine's batch capacity when rollout.max_num_seqs is unset (None):
+                 enable_prefix_caching: bool = True, mm_processor_kwargs: Optional[dict] = None):
+        """`mm_processor_kwargs`: a vision-language model's image-processor keywords (data.min_pixels /
+        data.max_pixels), the ones the actor's processor used (None: the folder's processor config).
+        `max_num_seqs`: the engine's batch capacity when rollout.max_num_seqs is unset (None):
         the trainer passes the sequences of one step (training.batch_size x rollout.n).
         `enable_prefix_caching`: off for streaming generation (async_training.streaming), where requests
         are always in flight, so the cache, computed with old weights, could never be reset at a sync."""
@@ -149,6 +191,9 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching,
         )
+        model_cfg = _folder_config(model_path)
+        self.vision_language = is_vision_language(model_cfg)
+        kwargs.update(multimodal_engine_args(model_cfg, getattr(rollout_cfg, "limit_images", None), mm_processor_kwargs))
         if rollout_cfg.max_model_len is not None:
             kwargs["max_model_len"] = rollout_cfg.max_model_len
         if rollout_cfg.max_num_batched_tokens is not None:
@@ -180,6 +225,13 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         from vllm.inputs import TokensPrompt
 
         self._prompt_cls = TokensPrompt
+        # Images per prompt this engine takes (0: a text model; vLLM's own figure, its default included).
+        self.image_limit = self._image_limit() if self.vision_language else 0
+        self.mm_prompts_checked = 0  # multi-modal requests whose expanded prompt was checked (tests read it)
+
+    def _image_limit(self) -> int:
+        mm = getattr(self.llm.llm_engine.model_config, "multimodal_config", None)
+        return mm.get_limit_per_prompt("image") if mm is not None else 0
 
     # ------------------------------------------------------------------ generate
     def _sampling_params(self, sampling: SamplingParams, seed: Optional[int], n: int):
@@ -211,7 +263,12 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         copies, per_request = (sampling.n, 1) if greedy else (1, sampling.n)
         rows = [i for i in range(len(prompts)) for _ in range(copies)]
         prompt_ids = unpadded_rows(prompts.input_ids, prompts.attention_mask)
-        requests = [self._prompt_cls(prompt_token_ids=prompt_ids[i]) for i in rows]
+        mm = getattr(prompts, "multi_modal", None) or ()  # empty for a text-only batch
+        if any(x is not None for x in mm):
+            per_prompt = [self._request(i, prompt_ids[i], mm[i]) for i in range(len(prompts))]
+            requests = [per_prompt[i] for i in rows]
+        else:
+            requests = [self._prompt_cls(prompt_token_ids=prompt_ids[i]) for i in rows]
         self._calls += 1
         if sampling.seed is None or greedy:  # one SamplingParams object serves every request
             return requests, [self._sampling_params(sampling, None, per_request)] * len(rows)
@@ -222,6 +279,54 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         base = sampling.seed * 1_000_003 + self._calls * 65_537
         params = [self._sampling_params(sampling, (base + i * sampling.n) % (2**31 - 1), per_request) for i in rows]
         return requests, params
+
+    def _request(self, row: int, prompt_ids: list, mm):
+        """One prompt row's request: token ids only, or with images (a MultiModalInputs) the prompt
+        before the processor's expansion (one image-pad token per image) and the images, which
+        vLLM's processor expands into patch tokens itself."""
+        if mm is None or not mm.images:
+            return self._prompt_cls(prompt_token_ids=prompt_ids)
+        if not self.vision_language:
+            from verl.errors import ConfigError
+
+            raise ConfigError(f"prompt row {row} has {len(mm.images)} image(s) but the vLLM engine's model has no "
+                              "vision tower (no vision_config in its config.json); use a vision-language model.name")
+        if len(mm.images) > self.image_limit:
+            from verl.errors import ConfigError
+
+            raise ConfigError(f"rollout.limit_images: prompt row {row} has {len(mm.images)} images, the vLLM engine "
+                              f"takes at most {self.image_limit} per prompt; raise rollout.limit_images")
+        return self._prompt_cls(prompt_token_ids=list(mm.engine_prompt_ids),
+                                multi_modal_data={"image": list(mm.images)})
+
+    def check_expanded_prompts(self, prompts: Batch, outputs: list, copies: int) -> None:
+        """Each multi-modal request's prompt as vLLM expanded it (RequestOutput.prompt_token_ids) must be
+        the prompts Batch's row (the actor's processor's expansion): else the two computed a different
+        number of patches per image and the actor's log-probs would be of another prompt."""
+        mm = getattr(prompts, "multi_modal", None) or ()
+        if not any(x is not None for x in mm):
+            return
+        rows = unpadded_rows(prompts.input_ids, prompts.attention_mask)
+        image_token = None
+        for k, out in enumerate(outputs):
+            i = k // copies
+            if mm[i] is None or not mm[i].images:
+                continue
+            got = list(out.prompt_token_ids)
+            if got != rows[i]:
+                if image_token is None:
+                    image_token = self._image_token_id()
+                n_got, n_want = got.count(image_token), rows[i].count(image_token)
+                raise RuntimeError(
+                    f"prompt row {i}: vLLM expanded the prompt to {len(got)} tokens ({n_got} image tokens), the actor's "
+                    f"processor to {len(rows[i])} ({n_want} image tokens): the two resized the image differently; "
+                    "data.min_pixels / data.max_pixels must reach both (they do through verl's config; a processor "
+                    "config edited in one of the folders does not)")
+            self.mm_prompts_checked += 1
+
+    def _image_token_id(self):
+        hf = self.llm.llm_engine.model_config.hf_config
+        return getattr(hf, "image_token_id", getattr(hf, "image_token_index", None))
 
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         if self.asleep:
@@ -238,6 +343,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         samples adjacent); `marks`: the perf_counter times of the generate's start and of the engine
         call's start and end (the rollout/* split of `metrics()`). Also used by the streaming driver
         (verl/rollout/vllm_stream.py), which collects the outputs itself."""
+        self.check_expanded_prompts(prompts, outputs, sampling.n if sampling.is_greedy else 1)
         responses, finished = [], []
         log_probs = [] if sampling.log_probs else None  # None: not asked for (SamplingParams.log_probs)
         for out in outputs:
@@ -263,6 +369,11 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
 
     # -------------------------------------------------------------- weight sync
     loads_weight_stream = True  # _reload consumes a lazy stream once (InProcessEngine.sync_weights)
+
+    def holds_weights(self) -> bool:
+        """A level-2 sleep released the weights: the next load must send all of them (a frozen vision
+        tower's too, see InProcessEngine.sync_weights)."""
+        return not (self.asleep and self.sleep_level == 2)
 
     def load_weights(self, weights) -> int:
         """(HF name, tensor) pairs -- a list, or a lazy stream read once -- into the engine in place,
@@ -296,7 +407,23 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                 self.llm.collective_rpc(repack_cpu_shared_weights)
         if self.prefix_caching:  # prefix-cache blocks were computed with the old weights: never reuse them
             self.llm.reset_prefix_cache()
+        if self.vision_language:
+            self._reset_encoder_cache()
         return n_bytes
+
+    def _reset_encoder_cache(self) -> None:
+        """vLLM keeps each image's encoder output (vision tower + projector), keyed by the image's hash
+        only, for later requests with the same image (a prompt's n samples, the next epoch): computed
+        with the old weights, it must go after a sync (vLLM's reset_encoder_cache, which clears the
+        scheduler's book and the worker's tensors together; the CPU backend otherwise failed the next
+        generate with "Encoder cache miss"). With requests in flight (streaming), vLLM warns that a
+        reset desynchronises the two: it waits for the next sync without requests in flight."""
+        engine = self.llm.llm_engine
+        if not hasattr(engine, "reset_encoder_cache"):
+            raise RuntimeError(f"vLLM {getattr(import_vllm(), '__version__', '?')} has no reset_encoder_cache: a synced "
+                               "vision-language engine would reuse image embeddings of the old weights; use vLLM >= 0.26")
+        if not engine.has_unfinished_requests():
+            engine.reset_encoder_cache()
 
     # --------------------------------------------------------------- sleep mode
     def sleep(self) -> dict:

@@ -126,4 +126,23 @@ def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
     config.save_pretrained(out)
     save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
     tokenizer.save_pretrained(out)
+    _copy_processor_files(getattr(base.config, "_name_or_path", ""), out)
     return out
+
+
+# A vision-language model's processor files, which vLLM reads from the folder to expand image prompts
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
+                   "chat_template.json", "chat_template.jinja")
+
+
+def _copy_processor_files(source: str, out: str) -> None:
+    """Copy the processor's files of the folder the model came from, where there are any (a text model's
+    folder has none; a hub name is no folder)."""
+    import shutil
+
+    if not source or not os.path.isdir(source):
+        return
+    for name in PROCESSOR_FILES:
+        path = os.path.join(source, name)
+        if os.path.isfile(path) and not os.path.exists(os.path.join(out, name)):
+            shutil.copyfile(path, os.path.join(out, name))
