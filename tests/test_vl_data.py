@@ -227,3 +227,23 @@ def test_batch_carries_multi_modal():
     with pytest.raises(Exception):
         a.images = ()  # frozen
     json.dumps(a.engine_prompt_ids)  # plain ints
+
+
+def test_hub_layout_processor_loads_without_torchvision(tmp_path):
+    """A folder laid out like a hub Qwen2.5-VL checkpoint: the processor class named in
+    preprocessor_config.json only, the chat template in chat_template.json only."""
+    import os
+    import shutil
+
+    from verl.models.tiny_vl import tiny_vl_model_path
+
+    folder = tmp_path / "hub"
+    shutil.copytree(tiny_vl_model_path("qwen2_5_vl"), folder)
+    os.remove(folder / "processor_config.json")
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps({**pre, "processor_class": "Qwen2_5_VLProcessor"}))
+    template = (folder / "chat_template.jinja").read_text()
+    os.remove(folder / "chat_template.jinja")
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": template}))
+    tok = load_tokenizer(str(folder))
+    assert type(tok.verl_processor).__name__ == "Qwen2_5_VLProcessor" and tok.chat_template == template

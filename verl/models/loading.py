@@ -267,6 +267,21 @@ def is_vision_language(name: str, key: str = "model.name", trust_remote_code: bo
     return getattr(config, "vision_config", None) is not None
 
 
+def _processor_class_name(path: str) -> str | None:
+    """The processor class a model folder names (processor_config.json, or preprocessor_config.json as
+    hub folders have it), or None."""
+    import json
+
+    for file in ("processor_config.json", "preprocessor_config.json"):
+        full = os.path.join(path, file)
+        if os.path.exists(full):
+            with open(full) as fh:
+                name = json.load(fh).get("processor_class")
+            if name:
+                return name
+    return None
+
+
 def _processor_without_video(path: str, trust_remote_code: bool):
     """The processor of `path` built from its parts, without a video processor: transformers' Qwen2-VL
     family video processors need torchvision, which the image-only path does not (the PIL image
@@ -275,11 +290,7 @@ def _processor_without_video(path: str, trust_remote_code: bool):
     from transformers import AutoImageProcessor, AutoTokenizer
     from transformers.processing_utils import ProcessorMixin
 
-    with open(os.path.join(path, "processor_config.json")) as fh:
-        import json
-
-        settings = json.load(fh)
-    base = getattr(transformers, settings.pop("processor_class"))
+    base = getattr(transformers, _processor_class_name(path))
 
     class ImageOnly(base):  # the proper-class check looks the absent video processor class up: skip None
         def check_argument_for_proper_class(self, argument_name, argument):
@@ -289,7 +300,22 @@ def _processor_without_video(path: str, trust_remote_code: bool):
     ImageOnly.__name__ = base.__name__
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     images = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return ImageOnly(image_processor=images, tokenizer=tok, video_processor=None, chat_template=tok.chat_template)
+    return ImageOnly(image_processor=images, tokenizer=tok, video_processor=None,
+                     chat_template=tok.chat_template or _folder_chat_template(path))
+
+
+def _folder_chat_template(path: str) -> str | None:
+    """The processor's chat template a folder keeps beside the tokenizer's: chat_template.jinja or
+    chat_template.json ({"chat_template": ...}, hub Qwen2-VL folders)."""
+    import json
+
+    if os.path.exists(os.path.join(path, "chat_template.jinja")):
+        with open(os.path.join(path, "chat_template.jinja")) as fh:
+            return fh.read()
+    if os.path.exists(os.path.join(path, "chat_template.json")):
+        with open(os.path.join(path, "chat_template.json")) as fh:
+            return json.load(fh).get("chat_template")
+    return None
 
 
 def load_processor(name: str, key: str = "model.name", trust_remote_code: bool = False):
@@ -305,8 +331,7 @@ def load_processor(name: str, key: str = "model.name", trust_remote_code: bool =
         try:
             processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         except ImportError as exc:
-            has_config = os.path.exists(os.path.join(path, "processor_config.json"))
-            if "torchvision" not in str(exc).lower() or not has_config:
+            if "torchvision" not in str(exc).lower() or not _processor_class_name(path):
                 raise
             processor = _processor_without_video(path, trust_remote_code)
     except Exception as exc:  # noqa: BLE001 - named one-line errors; the rest re-raised as they are
@@ -315,6 +340,8 @@ def load_processor(name: str, key: str = "model.name", trust_remote_code: bool =
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
+    if getattr(tok, "chat_template", None) is None and getattr(processor, "chat_template", None):
+        tok.chat_template = processor.chat_template  # a hub folder may keep it in chat_template.json only
     processor.verl_source = path  # save_tokenizer_files copies its processor_config.json where needed
     return processor
 
