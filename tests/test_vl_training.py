@@ -210,14 +210,16 @@ def test_lora_adapts_the_language_model_only(tmp_path, family, vl_data):
 # ------------------------------------------------------------------ checkpoint and resume
 
 
-def test_resume_continues_like_the_uninterrupted_run(tmp_path, vl_data):
+@pytest.mark.parametrize("family,extra", [("qwen2_5_vl", {}), ("llava", {"model.lora.rank": 4})])
+def test_resume_continues_like_the_uninterrupted_run(tmp_path, vl_data, family, extra):
     """3 steps straight vs 2 steps, a full checkpoint, and a resumed run for step 3: the same step-3
-    metrics (the same batch: the loader's state was restored) and actor weights within 1e-6."""
-    extra = {"training.total_steps": 3, "checkpoint.save_full_every": 2, "training.micro_batch_size": 2}
-    straight = create_trainer(_config(tmp_path / "a", "qwen2_5_vl", vl_data, **extra))
+    metrics (the same batch: the loader's state was restored) and actor weights within 1e-6 (full
+    fine-tuning of Qwen; LoRA adapters of LLaVA)."""
+    extra = {"training.total_steps": 3, "checkpoint.save_full_every": 2, "training.micro_batch_size": 2, **extra}
+    straight = create_trainer(_config(tmp_path / "a", family, vl_data, **extra))
     straight.train()
     ckpt = os.path.join(straight.config.checkpoint.save_dir, "checkpoints", "step_000002")
-    resumed = create_trainer(_config(tmp_path / "b", "qwen2_5_vl", vl_data, **{**extra, "checkpoint.resume": ckpt}))
+    resumed = create_trainer(_config(tmp_path / "b", family, vl_data, **{**extra, "checkpoint.resume": ckpt}))
     assert resumed.global_step == 2
     resumed.train()
     want = dict(straight.actor.model.named_parameters())

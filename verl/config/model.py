@@ -28,7 +28,8 @@ class ModelConfig(Section):
     SECTION = "model"
     type: str = key("huggingface", choices=("huggingface",))
     # Hub name, local directory, or "tiny:<arch>" (a small random model built locally;
-    # arch in gpt2|llama|qwen2) -- the embedded default that runs with no downloads.
+    # arch in gpt2|llama|qwen2, or the vision-language qwen2_5_vl|llava: docs/vision_language.md)
+    # -- the embedded default that runs with no downloads.
     name: str = "tiny:gpt2"
     tokenizer: Optional[str] = None  # defaults to `name`
     gguf_file: Optional[str] = None  # a .gguf file inside `name` (or an absolute path)
