@@ -114,7 +114,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             mod.add_arguments(leaf)
             leaf.set_defaults(run=mod.run)
         elif name == "models":
-            inner = cmd.add_subparsers(dest="models_command", metavar="{fetch,list}", required=True)
+            inner = cmd.add_subparsers(dest="models_command", metavar="{fetch,list,hybrid-vl}", required=True)
             for leaf_name, (leaf_help, add, run) in mod.COMMANDS.items():
                 leaf = inner.add_parser(leaf_name, help=leaf_help, description=leaf_help)
                 add(leaf)

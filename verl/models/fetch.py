@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Optional
 
+from verl.models import hybrid_vl  # `verl models hybrid-vl` (stdlib imports only: torch loads when it runs)
 from verl.models.tiny import cache_root
 
 MARKER = "verl_model.json"
@@ -164,13 +165,15 @@ def run_fetch(args: argparse.Namespace) -> int:
 COMMANDS = {
     "fetch": ("download and convert a model once; prints its folder", add_fetch_arguments, run_fetch),
     "list": ("known models and whether they are fetched", add_list_arguments, run_list),
+    "hybrid-vl": ("build the hybrid LLaVA on the fetched SmolLM2 (real text weights, RANDOM vision tower) once; "
+                  "prints its folder", hybrid_vl.add_arguments, hybrid_vl.run),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`verl models fetch NAME [--cache_dir DIR] [--source FILE]` and `verl models list`."""
     parser = argparse.ArgumentParser(prog="verl models", description="Fetch and list real small models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{fetch,list}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{fetch,list,hybrid-vl}")
     for name, (help_line, add, run) in COMMANDS.items():
         sub.add_parser(name, help=help_line, description=help_line).set_defaults(run=run)
         add(sub.choices[name])

@@ -242,4 +242,13 @@ def resolve_model_name(name: str) -> str:
 
             raise ConfigError(f"model '{name}' is not on this machine yet; run: verl models fetch {name}")
         return model_dir(name)
+    from verl.models.hybrid_vl import HYBRID_NAME, hybrid_dir, is_built
+
+    if name == HYBRID_NAME:  # the hybrid LLaVA of verl/models/hybrid_vl.py
+        if not is_built():
+            from verl.errors import ConfigError
+
+            raise ConfigError(f"model '{name}' is not built yet; run: verl models fetch smollm2-135m-instruct && "
+                              f"verl models hybrid-vl")
+        return hybrid_dir()
     return name
