@@ -84,7 +84,9 @@ def _earlier_rows(args) -> list:
     return [r for r in rows if "error" not in r and r.get("minutes") == args.minutes]
 
 
-def plot(rows: list, path: str, key: str) -> None:
+def plot(rows: list, path: str, key: str, title: str = "Held-out accuracy, same recipe and minutes per algorithm",
+         hline: tuple = None) -> None:
+    """Accuracy against training minutes and steps, one line per row; hline (value, label): a dashed reference."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,10 +103,12 @@ def plot(rows: list, path: str, key: str) -> None:
     by_time.set_xlabel("training minutes (sum of step times)")
     by_step.set_xlabel("step")
     for ax in (by_time, by_step):
+        if hline is not None:
+            ax.axhline(hline[0], color="gray", ls="--", label=hline[1])
         ax.set_ylabel(f"held-out {key}")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("Held-out accuracy, same recipe and minutes per algorithm")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

