@@ -12,7 +12,10 @@ No small real vision-language model can be fetched here (PyPI only, no hub), so 
                              rescaled so the image tokens' RMS equals the text embeddings' (a random projector's
                              outputs are otherwise far smaller than the tokens the language model knows)
 So the model starts blind: whatever it learns about images it learns in RL (the recipe's point: held-out
-counting accuracy above the text-only prior shows the image path was trained).
+counting accuracy above the text-only prior shows the image path was trained). Why that is plausible: the
+random tower's features already hold the count; a linear probe on the mean of the 64 projected image tokens
+read it on 100% of 200 held-out counting images after 800 training ones (checked on the CPU, 2026-12-03), so
+the language model has to learn to read an average its attention can take, not to see.
 
 Tokenizer: SmolLM2's, with `<image>` added as a special token (the vocabulary and the embedding resized to
 len(tokenizer) AFTER the token is added). Chat template: SmolLM2's own ChatML (its default system line
