@@ -9,7 +9,9 @@ A vision-language actor's weights go under their HF names, the vision tower's in
 (`model.visual.*`, `model.vision_tower.*`, `model.multi_modal_projector.*`; vLLM's own name mapping
 takes them). With `model.freeze_vision_tower` the tower (and its projector: verl.models.vision) never
 changes: it is sent at the first sync (and after a sleep that released the engine's weights) and left
-out of the others, which send only the rest.
+out of the others, which send only the rest, where the engine keeps what a load leaves out
+(`keeps_unsent_weights`: vLLM's direct reload, the GPU default; its layerwise reload, the CPU's, is sent
+everything, since it rebuilds each layer and warns for every one it is not given).
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class InProcessEngine(RolloutEngine):
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError
 
-    def holds_weights(self) -> bool:
-        """Whether the engine's weights are in place (False after a sleep that released them)."""
+    def keeps_unsent_weights(self) -> bool:
+        """Whether weights left out of the next load stay in the engine as they are (False after a sleep
+        that released the weights, or where a load rebuilds every layer: vLLM's layerwise reload)."""
         return True
 
     def freeze_vision_tower(self, model: torch.nn.Module) -> None:
@@ -90,12 +93,14 @@ class InProcessEngine(RolloutEngine):
                                "grad: the engine would keep its first copy while the update changes it")
         self.frozen, self._frozen_loaded = (is_vision_name if params else None), False
         if params:
-            print(f"verl: model.freeze_vision_tower: the vision tower ({sum(p.numel() for _, p in params):,} "
-                  "parameters) goes to the engine once; later weight syncs send the rest", flush=True)
+            n = sum(p.numel() for _, p in params)
+            how = ("goes to the engine once; later weight syncs send the rest" if self.keeps_unsent_weights() else
+                   "is still sent at every sync: this engine's reload rebuilds every layer (vLLM's layerwise reload)")
+            print(f"verl: model.freeze_vision_tower: the vision tower ({n:,} parameters) {how}", flush=True)
 
     def sync_weights(self, model: torch.nn.Module) -> dict:
         start = time.perf_counter()
-        skip = self.frozen if (self._frozen_loaded and self.holds_weights()) else None
+        skip = self.frozen if (self._frozen_loaded and self.keeps_unsent_weights()) else None
         weights = hf_named_weights(model, skip=skip)
         n_bytes = self.load_weights(weights if self.loads_weight_stream else list(weights))
         self._source = model

@@ -370,10 +370,13 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     # -------------------------------------------------------------- weight sync
     loads_weight_stream = True  # _reload consumes a lazy stream once (InProcessEngine.sync_weights)
 
-    def holds_weights(self) -> bool:
-        """A level-2 sleep released the weights: the next load must send all of them (a frozen vision
-        tower's too, see InProcessEngine.sync_weights)."""
-        return not (self.asleep and self.sleep_level == 2)
+    def keeps_unsent_weights(self) -> bool:
+        """Whether a frozen vision tower may be left out of the next load (InProcessEngine.sync_weights):
+        not after a level-2 sleep (the weights were released), and not with the layerwise reload, which
+        rebuilds every layer and warns "<Layer>: Failed to load weights" for each one it is not given
+        (the CPU backend's path; the layers are put back as they were, but a sync would print a warning
+        per vision layer)."""
+        return self.weight_reload == "direct" and not (self.asleep and self.sleep_level == 2)
 
     def load_weights(self, weights) -> int:
         """(HF name, tensor) pairs -- a list, or a lazy stream read once -- into the engine in place,
