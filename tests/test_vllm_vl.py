@@ -318,6 +318,17 @@ def test_lora_on_the_language_model_exports_merged_weights_under_plain_names(hf_
         torch.testing.assert_close(exported[n], merged[n], atol=1e-6, rtol=0)
 
 
+def test_llava_with_transformers_clip_names_is_refused_before_the_engine_starts(llava_path, hf_vl):
+    from transformers import AutoModelForImageTextToText
+
+    llava = AutoModelForImageTextToText.from_pretrained(llava_path, dtype=torch.float32)
+    if not any(n.startswith("model.vision_tower.embeddings.") for n, _ in llava.named_parameters()):
+        pytest.skip("this transformers names LLaVA's CLIP tower as vLLM does (vision_tower.vision_model.*)")
+    with pytest.raises(ConfigError, match=r"^rollout.name: vllm cannot take this LLaVA model's CLIP tower"):
+        VLLMRollout.check_actor(llava)
+    VLLMRollout.check_actor(hf_vl)  # Qwen2.5-VL: its names are vLLM's
+
+
 def test_sglang_refuses_a_vl_model_in_one_line(qwen_path):
     from verl.rollout.sglang_rollout import SGLangRollout
 

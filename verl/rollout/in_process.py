@@ -65,12 +65,17 @@ class InProcessEngine(RolloutEngine):
     def from_actor(cls, model: torch.nn.Module, tokenizer, config):
         """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
         engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
+        cls.check_actor(model)
         engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
                      **engine_start_args(model, tokenizer, config))
         if getattr(config.model, "freeze_vision_tower", False):
             engine.freeze_vision_tower(model)
         engine.sync_weights(model)
         return engine
+
+    @classmethod
+    def check_actor(cls, model: torch.nn.Module) -> None:
+        """Refuse, in one line and before the engine starts, an actor whose weights this engine cannot take."""
 
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError

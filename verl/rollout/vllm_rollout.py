@@ -59,6 +59,7 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
+from verl.models.lora import base_model
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
@@ -228,6 +229,21 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         # Images per prompt this engine takes (0: a text model; vLLM's own figure, its default included).
         self.image_limit = self._image_limit() if self.vision_language else 0
         self.mm_prompts_checked = 0  # multi-modal requests whose expanded prompt was checked (tests read it)
+
+    @classmethod
+    def check_actor(cls, model: torch.nn.Module) -> None:
+        """LLaVA under transformers 5 (5.19 seen) names its CLIP tower `model.vision_tower.embeddings.*` /
+        `.encoder.*` (and saves it as `vision_tower.embeddings.*`); vLLM's LLaVA (0.26-0.32) loads
+        `vision_tower.vision_model.*` only, so neither the engine's start from such a folder nor a sync
+        would load (vLLM: "There is no module or parameter named 'vision_tower.embeddings'"). Refused here,
+        in one line, instead of with vLLM's list of its parameters. Qwen2.5-VL's names match vLLM's."""
+        from verl.errors import ConfigError
+
+        names = (n for n, _ in base_model(model).named_parameters())
+        if any(n.startswith(("model.vision_tower.embeddings.", "model.vision_tower.encoder.")) for n in names):
+            raise ConfigError("rollout.name: vllm cannot take this LLaVA model's CLIP tower (transformers names it "
+                              "model.vision_tower.embeddings.*, vLLM's LLaVA loads vision_tower.vision_model.*); "
+                              "use rollout.name: hf for it")
 
     def _image_limit(self) -> int:
         mm = getattr(self.llm.llm_engine.model_config, "multimodal_config", None)
