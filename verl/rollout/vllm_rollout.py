@@ -318,7 +318,9 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def check_expanded_prompts(self, prompts: Batch, outputs: list, copies: int) -> None:
         """Each multi-modal request's prompt as vLLM expanded it (RequestOutput.prompt_token_ids) must be
         the prompts Batch's row (the actor's processor's expansion): else the two computed a different
-        number of patches per image and the actor's log-probs would be of another prompt."""
+        number of patches per image and the actor's log-probs would be of another prompt. (A vLLM that
+        reports the prompt as it was sent, unexpanded, cannot be checked so: `mm_prompts_checked` does not
+        count those; tests/test_gpu_vllm_vl.py asserts it counts.)"""
         mm = getattr(prompts, "multi_modal", None) or ()
         if not any(x is not None for x in mm):
             return
@@ -329,6 +331,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             if mm[i] is None or not mm[i].images:
                 continue
             got = list(out.prompt_token_ids)
+            if got == list(mm[i].engine_prompt_ids) and got != rows[i]:
+                continue  # this vLLM reports the prompt as sent, not as expanded: nothing to compare
             if got != rows[i]:
                 if image_token is None:
                     image_token = self._image_token_id()
