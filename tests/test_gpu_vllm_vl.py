@@ -6,7 +6,8 @@ are tests/test_vllm_vl.py. Here, with the tiny random Qwen2.5-VL (verl/models/ti
 the engine's log-probs of its sampled tokens against the actor's (verl.workers.logprobs, images
 included) after an update and a sync, sleep mode (level 2: weights and KV cache released, the vision
 tower re-sent at the wake-up), the frozen vision tower (sent once; the engine keeps it), and two GRPO
-steps through the CLI with rollout.name=vllm, in child processes (vLLM keeps one engine per process).
+steps through the CLI with rollout.name=vllm (Qwen2.5-VL with and without model.freeze_vision_tower, and
+LLaVA), in child processes (vLLM keeps one engine per process).
 
 Written for vLLM 0.26 (the H200's) and 0.32 (the CPU's): the request format ({"prompt_token_ids",
 "multi_modal_data": {"image": [...]}}), `limit_mm_per_prompt` as {"image": n, "video": 0},
@@ -50,6 +51,11 @@ TORCH_DTYPE = getattr(torch, DTYPE)
 LP_MEAN_TOL = 0.05 if DEVICE == "cuda" else 1e-4
 ROWS = cpu_vl.ROWS
 PIXELS = cpu_vl.PIXELS
+# The trainer's rollout/logprob_diff counts every response token after a sampled image placeholder (a random
+# model samples one now and then): the engine conditions on the placeholder's embedding, the actor on a pad
+# (verl.data.multimodal.without_response_placeholders). 0.0015 seen on tiny:llava in float32 on the CPU: far
+# below bf16's LP_MEAN_TOL, above float32's, so the CPU run of this file uses 1e-2 for the CLI runs.
+CLI_TOL = LP_MEAN_TOL if DEVICE == "cuda" else 1e-2
 VISION_NORM = "model.visual.blocks.0.norm1.weight"  # a vision tensor vLLM keeps as loaded: `visual.blocks.0.norm1.weight`
 
 
@@ -192,13 +198,14 @@ def test_frozen_vision_tower_is_sent_once_and_stays_in_the_engine(engine, proces
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("freeze", [False, True])
-def test_grpo_two_steps_with_vllm_on_tiny_qwen2_5_vl(tmp_path, vl_data, freeze):
-    """tests/test_vl_training.py's 8 rows (one with two images, one text-only) and its varied reward."""
+@pytest.mark.parametrize("family,freeze", [("qwen2_5_vl", False), ("qwen2_5_vl", True), ("llava", False)])
+def test_grpo_two_steps_with_vllm_on_tiny_vl_models(tmp_path, vl_data, family, freeze):
+    """tests/test_vl_training.py's 8 rows (one with two images, one text-only) and its varied reward. LLaVA:
+    the engine starts from an exported folder whose CLIP tower has vLLM's names (vllm_weights.vllm_tower_name)."""
     data = vl_data
     out = tmp_path / "grpo"
     proc = subprocess.run(
-        [sys.executable, "-m", "verl.cli", "train", "model.name=tiny:qwen2_5_vl", f"model.dtype={DTYPE}",
+        [sys.executable, "-m", "verl.cli", "train", f"model.name=tiny:{family}", f"model.dtype={DTYPE}",
          "rollout.name=vllm", "algorithm.name=grpo", f"data.train_files=[{data}]", "training.total_steps=2",
          "training.batch_size=4", "rollout.n=2", "rollout.max_new_tokens=16", "rollout.enforce_eager=true",
          "rollout.gpu_memory_utilization=0.2", "rollout.kv_cache_gb=0.25", "rollout.limit_images=2",
@@ -210,7 +217,7 @@ def test_grpo_two_steps_with_vllm_on_tiny_qwen2_5_vl(tmp_path, vl_data, freeze):
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        assert r["reward/mean"] is not None and r["rollout/logprob_diff"] < LP_MEAN_TOL, r
+        assert r["reward/mean"] is not None and r["rollout/logprob_diff"] < CLI_TOL, r
         assert r["timing_s/update_weights"] > 0 and r["rollout/weight_sync_bytes"] > 0
     if freeze:
         assert "model.freeze_vision_tower: the vision tower (" in proc.stdout, proc.stdout[-2000:]

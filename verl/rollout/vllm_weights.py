@@ -109,9 +109,36 @@ def repack_cpu_shared_weights(worker) -> int:
     return count
 
 
+# LLaVA's CLIP / SigLIP tower: transformers 5 (5.19 seen) names its weights model.vision_tower.embeddings.*,
+# .encoder.*, .pre_layrnorm.* (and saves them as vision_tower.embeddings.*), where vLLM's LLaVA (0.26-0.32),
+# like the hub's LLaVA checkpoints, has them under vision_tower.vision_model.*: neither a folder saved so nor
+# a sync loads ("There is no module or parameter named 'vision_tower.embeddings'"). vLLM's own name map
+# (hf_to_vllm_mapper) does not cover it, so the names are given the missing level here.
+TOWER, TOWER_INNER = "model.vision_tower.", "vision_model."
+LLAVA_TOWERS = ("clip_vision_model", "siglip_vision_model")
+
+
+def has_flat_llava_tower(model: torch.nn.Module) -> bool:
+    """Whether the actor is a LLaVA whose CLIP/SigLIP tower is named without `vision_model.` (above)."""
+    config = getattr(base_model(model), "config", None)
+    vision = getattr(config, "vision_config", None)
+    if getattr(vision, "model_type", None) not in LLAVA_TOWERS or "llava" not in str(config.model_type):
+        return False
+    return any(n.startswith(TOWER) and not n.startswith(TOWER + TOWER_INNER) for n, _ in base_model(model).named_parameters())
+
+
+def vllm_tower_name(name: str) -> str:
+    """model.vision_tower.X -> model.vision_tower.vision_model.X (for an engine whose LLaVA tower has that
+    level, see above); other names unchanged."""
+    if name.startswith(TOWER) and not name.startswith(TOWER + TOWER_INNER):
+        return TOWER + TOWER_INNER + name[len(TOWER):]
+    return name
+
+
 def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
     """Write a loadable HF folder (config + weights + tokenizer) for models vLLM cannot read
-    directly (GGUF files, hub names); the weights are synced in memory right after anyway."""
+    directly (GGUF files, hub names, a LLaVA tower named as transformers 5 names it); the weights are
+    synced in memory right after anyway."""
     import copy
     import tempfile
 
@@ -124,7 +151,9 @@ def export_hf_folder(model: torch.nn.Module, tokenizer) -> str:
         del config.quantization_config  # GGUF: the weights written below are dequantised
     config.architectures = [type(base).__name__]
     config.save_pretrained(out)
-    save_file({n: t.contiguous().cpu() for n, t in hf_named_weights(model)}, os.path.join(out, "model.safetensors"))
+    rename = vllm_tower_name if has_flat_llava_tower(model) else (lambda n: n)
+    save_file({rename(n): t.contiguous().cpu() for n, t in hf_named_weights(model)},
+              os.path.join(out, "model.safetensors"))
     tokenizer.save_pretrained(out)
     _copy_processor_files(getattr(base.config, "_name_or_path", ""), out)
     return out
