@@ -198,10 +198,12 @@ def test_frozen_vision_tower_is_sent_once_and_stays_in_the_engine(engine, proces
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family,freeze", [("qwen2_5_vl", False), ("qwen2_5_vl", True), ("llava", False)])
-def test_grpo_two_steps_with_vllm_on_tiny_vl_models(tmp_path, vl_data, family, freeze):
+@pytest.mark.parametrize("family,freeze,lora", [("qwen2_5_vl", False, 0), ("qwen2_5_vl", True, 0), ("qwen2_5_vl", False, 4),
+                                               ("llava", False, 0)])
+def test_grpo_two_steps_with_vllm_on_tiny_vl_models(tmp_path, vl_data, family, freeze, lora):
     """tests/test_vl_training.py's 8 rows (one with two images, one text-only) and its varied reward. LLaVA:
-    the engine starts from an exported folder whose CLIP tower has vLLM's names (vllm_weights.vllm_tower_name)."""
+    the engine starts from an exported folder whose CLIP tower has vLLM's names (vllm_weights.vllm_tower_name).
+    LoRA (on the language model only, verl.models.vision.LORA_EXCLUDE): the merged weights are synced."""
     data = vl_data
     out = tmp_path / "grpo"
     proc = subprocess.run(
@@ -209,7 +211,7 @@ def test_grpo_two_steps_with_vllm_on_tiny_vl_models(tmp_path, vl_data, family, f
          "rollout.name=vllm", "algorithm.name=grpo", f"data.train_files=[{data}]", "training.total_steps=2",
          "training.batch_size=4", "rollout.n=2", "rollout.max_new_tokens=16", "rollout.enforce_eager=true",
          "rollout.gpu_memory_utilization=0.2", "rollout.kv_cache_gb=0.25", "rollout.limit_images=2",
-         "rollout.logprob_check_every=1", f"model.freeze_vision_tower={str(freeze).lower()}",
+         "rollout.logprob_check_every=1", f"model.freeze_vision_tower={str(freeze).lower()}", f"model.lora.rank={lora}",
          "reward_fn.type=python", f"reward_fn.function={os.path.abspath(__file__)}:varied_reward",
          "logging.backends=[jsonl]", "logging.progress_bar=false", f"device={DEVICE}", "--save_dir", str(out)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
