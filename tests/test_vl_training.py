@@ -280,6 +280,15 @@ def test_refusals_name_the_key(tmp_path, vl_data, extra, key):
     assert message.startswith(f"{key}:") and "vision-language" in message and "\n" not in message
 
 
+def test_sglang_is_refused_for_a_vl_model(tmp_path, vl_data):
+    """The SGLang refusal on its own (the CPU config check refuses sglang without a GPU first)."""
+    cfg = _config(tmp_path, "qwen2_5_vl", vl_data)
+    cfg.rollout.name = "sglang"
+    with pytest.raises(ConfigError, match=r"^rollout.name: sglang does not run vision-language models in verl; use "
+                                          r"rollout.name: vllm or rollout.name: hf \(model.name .* is a vision-language"):
+        check_vision_language(cfg)
+
+
 def test_freeze_vision_tower_on_a_text_model_is_refused(tmp_path, tiny_qwen2):
     over = {"model.name": "tiny:qwen2", "model.freeze_vision_tower": "true"}
     cfg = load_config(None, small_overrides(tmp_path, **over))

@@ -29,6 +29,7 @@ from PIL import Image
 from verl.batch import Batch
 from verl.config import RolloutConfig
 from verl.data.multimodal import MultiModalInputs, encode_with_images
+from verl.data.sources import DataError
 from verl.errors import ConfigError
 from verl.rollout.base import SamplingParams
 from verl.models.vision import freeze_vision_tower, is_vision_name
@@ -205,9 +206,9 @@ def test_text_only_batch_requests_are_unchanged():
 
 def test_too_many_images_or_images_for_a_text_model_are_one_line_errors():
     batch = fake_mm_batch()
-    with pytest.raises(ConfigError, match=r"rollout.limit_images: prompt row 2 has 2 images.*at most 1"):
+    with pytest.raises(DataError, match=r"rollout.limit_images: prompt row 2 has 2 images.*at most 1"):
         bare_engine(image_limit=1).build_requests(batch, SamplingParams(n=1, max_new_tokens=4))
-    with pytest.raises(ConfigError, match=r"prompt row 1 has 1 image\(s\) but the vLLM engine's model has no vision"):
+    with pytest.raises(DataError, match=r"prompt row 1 has 1 image\(s\) but the vLLM engine's model has no vision"):
         bare_engine(vision_language=False, image_limit=0).build_requests(batch, SamplingParams(n=1, max_new_tokens=4))
 
 
@@ -332,14 +333,6 @@ def test_llava_tower_names_get_vllms_vision_model_level(llava_path, hf_vl):
     for name in ("model.vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight", "model.multi_modal_projector.linear_1.weight",
                  "model.language_model.layers.0.self_attn.q_proj.weight"):
         assert vllm_tower_name(name) == name
-
-
-def test_sglang_refuses_a_vl_model_in_one_line(qwen_path):
-    from verl.rollout.sglang_rollout import SGLangRollout
-
-    with pytest.raises(ConfigError, match=r"^rollout.name: sglang does not run vision-language models in verl .*"
-                                          r"use rollout.name: vllm or rollout.name: hf$"):
-        SGLangRollout(qwen_path, None, RolloutConfig(), device="cuda")
 
 
 # ---------------------------------------------------------------------------

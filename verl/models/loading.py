@@ -387,6 +387,10 @@ def check_vision_language(cfg) -> None:
         "training.use_packed_samples": (bool(cfg.training.use_packed_samples) and not cfg.training.packed_by_default,
                                         "true: packed micro-batches (one row of several sequences) cannot carry "
                                         "their images; set it to false (padded micro-batches)"),
+        # verl's SGLang backend sends token ids only (no images, no check that SGLang's processor expands a
+        # prompt as the actor's does)
+        "rollout.name": (cfg.rollout.name == "sglang", "sglang does not run vision-language models in verl; use "
+                         "rollout.name: vllm or rollout.name: hf"),
         "rollout.tools": (cfg.rollout.is_multi_turn, "multi-turn rollouts (rollout.tools / rollout.environment) "
                           "do not carry the prompt's images into later turns yet; leave them unset"),
         "async_training.partial_rollout": (cfg.async_training.partial_rollout,

@@ -128,20 +128,6 @@ def check_architecture(model_path: str, supported: Optional[set]) -> None:
                          f"{model_path}; use rollout.name: vllm or rollout.name: hf for this model")
 
 
-def refuse_vision_language(model_path: str) -> None:
-    """SGLang runs vision-language models, but verl's SGLang backend sends token ids only (no images, no
-    check that its processor expands a prompt as the actor's does): such a model is refused, in one line."""
-    cfg_file = os.path.join(model_path, "config.json")
-    if os.path.exists(cfg_file):
-        with open(cfg_file, encoding="utf-8") as fh:
-            vision = "vision_config" in json.load(fh)
-        if vision:
-            from verl.errors import ConfigError
-
-            raise ConfigError(f"rollout.name: sglang does not run vision-language models in verl ({model_path} has a "
-                              "vision tower); use rollout.name: vllm or rollout.name: hf")
-
-
 def memory_types() -> tuple[str, ...]:
     """The kinds of GPU memory the engine can release (weights, kv_cache, cuda_graph in 0.5.x)."""
     try:
@@ -196,7 +182,6 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
         """`max_num_seqs`: the engine's running-request capacity when rollout.max_num_seqs is unset:
         the trainer passes the sequences of one step (training.batch_size x rollout.n).
         `mm_processor_kwargs`: a vision-language model's (engine_start_args); such models are refused."""
-        refuse_vision_language(model_path)
         dev = torch.device(device)
         if dev.type != "cuda" or not torch.cuda.is_available():
             raise ValueError(NO_GPU_HINT)

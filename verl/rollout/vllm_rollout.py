@@ -290,15 +290,15 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         vLLM's processor expands into patch tokens itself."""
         if mm is None or not mm.images:
             return self._prompt_cls(prompt_token_ids=prompt_ids)
-        if not self.vision_language:
-            from verl.errors import ConfigError
+        if not self.vision_language:  # a data row at fault: DataError (exit 2, like any bad row)
+            from verl.data.sources import DataError
 
-            raise ConfigError(f"prompt row {row} has {len(mm.images)} image(s) but the vLLM engine's model has no "
+            raise DataError(f"prompt row {row} has {len(mm.images)} image(s) but the vLLM engine's model has no "
                               "vision tower (no vision_config in its config.json); use a vision-language model.name")
         if len(mm.images) > self.image_limit:
-            from verl.errors import ConfigError
+            from verl.data.sources import DataError
 
-            raise ConfigError(f"rollout.limit_images: prompt row {row} has {len(mm.images)} images, the vLLM engine "
+            raise DataError(f"rollout.limit_images: prompt row {row} has {len(mm.images)} images, the vLLM engine "
                               f"takes at most {self.image_limit} per prompt; raise rollout.limit_images")
         return self._prompt_cls(prompt_token_ids=list(mm.engine_prompt_ids),
                                 multi_modal_data={"image": list(mm.images)})
