@@ -100,7 +100,7 @@ def test_sync_weights_streams_to_vllm_and_lists_for_the_others(monkeypatch):
             got[self.loads_weight_stream] = weights
             return sum(t.numel() * t.element_size() for _, t in weights)
 
-    monkeypatch.setattr(in_process, "hf_named_weights", lambda model: _stream([2, 3], []))
+    monkeypatch.setattr(in_process, "hf_named_weights", lambda model, skip=None: _stream([2, 3], []))
     for streams in (True, False):
         metrics = Engine(streams).sync_weights(torch.nn.Linear(1, 1))
         assert metrics["rollout/weight_sync_bytes"] == 4 * 5

@@ -149,6 +149,12 @@ def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
 
 
 class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
+    # A text model's values of the vision-language fields (__init__ sets them from the model's config)
+    vision_language = False
+    _tower_rename = False
+    image_limit = 0
+    mm_prompts_checked = 0
+
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
                  enable_prefix_caching: bool = True, mm_processor_kwargs: Optional[dict] = None):
