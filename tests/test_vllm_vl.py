@@ -36,7 +36,8 @@ from verl.models.vision import freeze_vision_tower, is_vision_name
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import left_padded
-from verl.rollout.vllm_rollout import VLLMRollout, logprob_diff, multimodal_engine_args
+from verl.rollout.vllm_multimodal import multimodal_engine_args
+from verl.rollout.vllm_rollout import VLLMRollout, logprob_diff
 
 LP_MEAN_TOL = 1e-4
 PIXELS = {"min_pixels": 28 * 28, "max_pixels": 56 * 56}  # the tiny model's processor: 56x56 -> 4 image tokens

@@ -30,17 +30,7 @@ by `wake_up()`. Each call returns its seconds and the memory it freed or took (a
 `last_sleep_metrics`, and added to the metrics of the `sync_weights()` that follows, which
 the trainer logs every step): rollout/sleep_s, rollout/sleep_freed_gib, rollout/wake_s.
 
-Vision-language models (a `vision_config` in the folder's config.json; docs/vision_language.md).
-A prompt row with images (`Batch.multi_modal[i]`, a verl.data.multimodal.MultiModalInputs) is sent
-as {"prompt_token_ids": engine_prompt_ids, "multi_modal_data": {"image": [PIL images]}}: the
-prompt with one image-pad token per image, which vLLM's own processor expands into the image's
-patch tokens. The returned Batch keeps the prompts Batch's input_ids, the prompt the actor's
-processor expanded, so the actor and the engine see the same tokens; that vLLM expanded it to
-exactly those ids is checked for every such request (a different patch count, e.g. from
-data.min_pixels / data.max_pixels not reaching one side, is an error, not a silent mismatch).
-The engine starts with `limit_mm_per_prompt` (rollout.limit_images, no video) and the data's
-min/max pixels as `mm_processor_kwargs`. The vision tower's weights are synced under their HF
-names like every other weight (verl/rollout/in_process.py, model.freeze_vision_tower).
+Vision-language models: verl/rollout/vllm_multimodal.py (how images reach the engine).
 
 Per call, the Python around the engine is kept small (measured by benchmarks/rollout.py
 against raw `LLM.generate` on the same requests): one engine call with every sample, prompt
@@ -51,7 +41,6 @@ tokenizer's Rust backend in one batch call.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Optional
@@ -63,6 +52,8 @@ from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
+from verl.rollout.vllm_multimodal import (check_expanded_prompts, folder_config, is_vision_language,
+                                          multimodal_engine_args, multimodal_request)
 from verl.rollout.vllm_weights import (LLAVA_TOWERS, choose_weight_reload, engine_quantization, load_in_place,
                                        quiet_known_reload_noise, repack_cpu_shared_weights, vllm_tower_name)
 
@@ -99,39 +90,9 @@ def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor,
 # ---------------------------------------------------------------------------
 
 
-def _folder_config(model_path: str) -> dict:
-    """The folder's config.json ({} for a hub name: vLLM resolves and checks it)."""
-    cfg_file = os.path.join(model_path, "config.json")
-    if not os.path.exists(cfg_file):
-        return {}
-    with open(cfg_file, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def is_vision_language(model_cfg: dict) -> bool:
-    """A vision-language checkpoint (Qwen2.5-VL, LLaVA, ...): its config.json has a vision tower."""
-    return "vision_config" in model_cfg
-
-
-def multimodal_engine_args(model_cfg: dict, limit_images: Optional[int], mm_processor_kwargs: Optional[dict]) -> dict:
-    """vllm.LLM keywords for a vision-language model ({} for a text model, whose engine is unchanged):
-    at most `limit_images` images per prompt (None: vLLM's own limit) and no video (a model with a
-    video token would otherwise reserve memory for, and profile, video inputs the data never has);
-    the image processor's keywords (min/max pixels), the same the actor's processor got."""
-    if not is_vision_language(model_cfg):
-        return {}
-    limits = {} if limit_images is None else {"image": int(limit_images)}
-    if model_cfg.get("video_token_id") is not None:
-        limits["video"] = 0
-    args = {"limit_mm_per_prompt": limits} if limits else {}
-    if mm_processor_kwargs:
-        args["mm_processor_kwargs"] = dict(mm_processor_kwargs)
-    return args
-
-
 def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
     """Loud, early errors for models vLLM cannot run (instead of a crash at the first step)."""
-    cfg = _folder_config(model_path)
+    cfg = folder_config(model_path)
     if not cfg:
         return  # hub name: vLLM resolves and checks it
     archs = cfg.get("architectures") or []
@@ -197,7 +158,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching,
         )
-        model_cfg = _folder_config(model_path)
+        model_cfg = folder_config(model_path)
         self.vision_language = is_vision_language(model_cfg)
         kwargs.update(multimodal_engine_args(model_cfg, getattr(rollout_cfg, "limit_images", None), mm_processor_kwargs))
         if rollout_cfg.max_model_len is not None:
@@ -291,52 +252,11 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         return requests, params
 
     def _request(self, row: int, prompt_ids: list, mm):
-        """One prompt row's request: token ids only, or with images (a MultiModalInputs) the prompt
-        before the processor's expansion (one image-pad token per image) and the images, which
-        vLLM's processor expands into patch tokens itself."""
-        if mm is None or not mm.images:
-            return self._prompt_cls(prompt_token_ids=prompt_ids)
-        if not self.vision_language:  # a data row at fault: DataError (exit 2, like any bad row)
-            from verl.data.sources import DataError
-
-            raise DataError(f"prompt row {row} has {len(mm.images)} image(s) but the vLLM engine's model has no "
-                              "vision tower (no vision_config in its config.json); use a vision-language model.name")
-        if len(mm.images) > self.image_limit:
-            from verl.data.sources import DataError
-
-            raise DataError(f"rollout.limit_images: prompt row {row} has {len(mm.images)} images, the vLLM engine "
-                              f"takes at most {self.image_limit} per prompt; raise rollout.limit_images")
-        return self._prompt_cls(prompt_token_ids=list(mm.engine_prompt_ids),
-                                multi_modal_data={"image": list(mm.images)})
+        return multimodal_request(self._prompt_cls, row, prompt_ids, mm, self.vision_language, self.image_limit)
 
     def check_expanded_prompts(self, prompts: Batch, outputs: list, copies: int) -> None:
-        """Each multi-modal request's prompt as vLLM expanded it (RequestOutput.prompt_token_ids) must be
-        the prompts Batch's row (the actor's processor's expansion): else the two computed a different
-        number of patches per image and the actor's log-probs would be of another prompt. (A vLLM that
-        reports the prompt as it was sent, unexpanded, cannot be checked so: `mm_prompts_checked` does not
-        count those; tests/test_gpu_vllm_vl.py asserts it counts.)"""
-        mm = getattr(prompts, "multi_modal", None) or ()
-        if not any(x is not None for x in mm):
-            return
-        rows = unpadded_rows(prompts.input_ids, prompts.attention_mask)
-        image_token = None
-        for k, out in enumerate(outputs):
-            i = k // copies
-            if mm[i] is None or not mm[i].images:
-                continue
-            got = list(out.prompt_token_ids)
-            if got == list(mm[i].engine_prompt_ids) and got != rows[i]:
-                continue  # this vLLM reports the prompt as sent, not as expanded: nothing to compare
-            if got != rows[i]:
-                if image_token is None:
-                    image_token = self._image_token_id()
-                n_got, n_want = got.count(image_token), rows[i].count(image_token)
-                raise RuntimeError(
-                    f"prompt row {i}: vLLM expanded the prompt to {len(got)} tokens ({n_got} image tokens), the actor's "
-                    f"processor to {len(rows[i])} ({n_want} image tokens): the two resized the image differently; "
-                    "data.min_pixels / data.max_pixels must reach both (they do through verl's config; a processor "
-                    "config edited in one of the folders does not)")
-            self.mm_prompts_checked += 1
+        """vllm_multimodal.check_expanded_prompts on this engine's outputs; counts the checked requests."""
+        self.mm_prompts_checked += check_expanded_prompts(prompts, outputs, copies, self._image_token_id)
 
     def _image_token_id(self):
         hf = self.llm.llm_engine.model_config.hf_config
