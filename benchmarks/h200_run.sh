@@ -14,6 +14,8 @@
 # Stages (each skipped when less time is left than it needs):
 #   versions    torch / vLLM / CUDA / transformers / TRL versions and the GPU, as JSON
 #   tests       pytest -m gpu tests/test_gpu_vllm.py (junit XML for the counts); tests-k: those that VLLM_K selects
+#   vl-tests    pytest -m gpu tests/test_gpu_vllm_vl.py (#44 item 3: vision-language vLLM: log-probs after a sync, sleep,
+#               frozen tower, GRPO via the CLI on tiny:qwen2_5_vl / tiny:llava; never run yet, 240 s is a guess)
 #   cuda-tests  the rest of the suite's CUDA tests: pytest tests -k "cuda or gpu"
 #   rollout     benchmarks/rollout.py: verl's VLLMRollout vs raw LLM.generate at 64 / 256 / 512 sequences
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
@@ -156,6 +158,8 @@
 # Seen on 2026-12-03 11:11-11:26 (session 14, 0216c37, machine start 1 of #40): a 88 s start, staging 7 parts ~30 s,
 # install + versions ~40 s, e2e-b-ll 411 s (1.88x), e2e-c-ll 366 s (1.25x), back to back on one held machine. Left for #40:
 # e2e-a-ll; machine start 2 of e2e-b-ll / e2e-c-ll (E2E_TAG=_run2, then merge); real verl at (b) and (c) (sessions 3-4 above).
+# Next for #44 (session 14 had no device time left for it; a machine start was refused twice): stage + install, then
+# `vl-tests` and `VL_MINUTES=4 vl-recipe` (the model's wheel parts in /root/mp), ~700 s.
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -333,8 +337,10 @@ print(info)" ;;
                    --junitxml="$W/gpu_tests.xml" ;;
         tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
+        vl-tests) stage vl-tests 240 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
+                   --junitxml="$W/gpu_vl_tests.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
-                   --ignore=tests/test_gpu_vllm.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
+                   --ignore=tests/test_gpu_vllm.py --ignore=tests/test_gpu_vllm_vl.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
                    --ignore=tests/test_distributed_ray.py --ignore=tests/test_models_fetch.py --ignore=tests/test_gpu_sglang.py --ignore=tests/test_python_api.py \
                    --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here; gguf neither (models fetch: CPU tests)
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
