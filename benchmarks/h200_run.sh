@@ -28,6 +28,8 @@
 #               without checkpointing: at (b) ~2.2 MB of activations a token + fp32 logits, 16 x 550 tokens ~35 GiB);
 #               (a) and (b) also run the TRL generation probe (--trl-gen-probe E2E_PROBE: 3 replays at (a), 1 at (b),
 #               each replay 3 engine calls of ~12 s at (b))
+#   e2e-c-ll-compile  verl alone at (c) like-for-like with model.torch_compile on for LoRA (auto leaves it off for LoRA; the
+#               candidate for its update, 6.36 s at 7B in session 14; tests/test_perf_offload_compile.py checks it equals eager)
 #   e2e-b-real / e2e-c-real (defaults) and e2e-b-real-ll / e2e-c-real-ll (expert settings: bypass_mode, FSDP2, fused
 #               kernels)  real verl alone at work (b) / (c), one dynamic micro-batch of E2E_REAL_BUDGET_B (16384) /
 #               E2E_REAL_BUDGET_C (8192) tokens (a whole step does not fit without checkpointing); its verl-vllm row
@@ -354,6 +356,7 @@ print(info)" ;;
                    --trl-micro-batch ${E2E_TRL_MB_B:-16} --trl-gen-probe ${E2E_PROBE:-1} ;;
         e2e-c-ll) e2e_run e2e-c-ll 420 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_C \
                    --trl-micro-batch ${E2E_TRL_MB_C:-8} ;;
+        e2e-c-ll-compile) e2e_run e2e-c-ll-compile 240 320 --systems verl-vllm --work like-for-like $WORK_C --compile ;;
         e2e-b-real|e2e-b-real-ll|e2e-c-real|e2e-c-real-ll)  # real verl alone (its verl-vllm row: e2e-b(-ll) on this machine)
                    W_ARGS=$WORK_B; BUDGET_T=${E2E_REAL_BUDGET_B:-16384}
                    [ "${s:4:1}" = c ] && { W_ARGS=$WORK_C; BUDGET_T=${E2E_REAL_BUDGET_C:-8192}; }

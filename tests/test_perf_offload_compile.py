@@ -39,16 +39,13 @@ def test_offload_is_a_no_op_on_cpu():
         assert module.weight.device.type == "cpu"
 
 
-@pytest.mark.parametrize("packed", [True, False])  # compiles for about a minute each on a CPU
-def test_compiled_layers_equal_eager(tiny_qwen2, packed):
-    from transformers import AutoModelForCausalLM
+def _compiled_equals_eager(model, packed: bool) -> None:
+    """The log-probs and gradients of response_log_probs with the decoder layers compiled equal eager's."""
+    import contextlib
 
     from verl.workers.compile import CompiledLayers
     from verl.workers.logprobs import response_log_probs
-    from verl.workers.packing import causal_lm_trunk, prepare_packing
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
-    prepare_packing(causal_lm_trunk(model))
     compiled = CompiledLayers(model, True)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (3, 14), generator=gen)
@@ -57,15 +54,14 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
     mask[1, 10:] = 0
     pos = (mask.cumsum(1) - 1).clamp(min=0) * mask
     rmask = mask[:, 8:].float()
+    trained = [p for p in model.parameters() if p.requires_grad]
 
     def run(ctx):
         model.zero_grad()
         with ctx:
             lp, _ = response_log_probs(model, ids, mask, pos, 6, packed=packed)
         (lp * rmask).sum().backward()
-        return lp.detach(), [p.grad.clone() for p in model.parameters()]
-
-    import contextlib
+        return lp.detach(), [p.grad.clone() for p in trained]
 
     lp0, g0 = run(contextlib.nullcontext())
     lp1, g1 = run(compiled.active())
@@ -76,6 +72,35 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
     for a, b in zip(g0, g1):
         assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()) + 1e-7)
     assert "forward" not in vars(compiled.layers[0])  # eager again outside active()
+
+
+@pytest.mark.parametrize("packed", [True, False])  # compiles for about a minute each on a CPU
+def test_compiled_layers_equal_eager(tiny_qwen2, packed):
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.packing import causal_lm_trunk, prepare_packing
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
+    prepare_packing(causal_lm_trunk(model))
+    _compiled_equals_eager(model, packed)
+
+
+def test_compiled_layers_with_lora_equal_eager(tiny_qwen2):
+    """model.torch_compile with LoRA (peft's adapter layers inside the compiled decoder layers; auto leaves
+    it off for LoRA until it is measured on the GPU, issue #40 work (c)): the same log-probs and adapter
+    gradients as eager, the frozen base getting none."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.config.model import LoraConfig
+    from verl.models.lora import apply_lora
+
+    torch.manual_seed(0)
+    model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_qwen2), LoraConfig(rank=4, alpha=8))
+    for name, p in model.named_parameters():  # peft starts B at 0: make the adapters' deltas non-zero
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    assert all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+    _compiled_equals_eager(model, packed=False)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
