@@ -308,3 +308,19 @@ def test_split_markers_for_the_fixture_rows(vl_data):
     rows = [json.loads(x) for x in open(vl_data)]
     parts = split_image_markers(rows[3]["prompt"], 2, "row 3")[0]["content"]
     assert [p["type"] for p in parts] == ["image", "text", "image", "text"]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
+def test_packing_a_vl_model_pads_by_default_and_refuses_when_asked(family):
+    """Packing chosen only as the GPU default: padded micro-batches (one log line); asked for: the error."""
+    from transformers import AutoModelForImageTextToText
+
+    from verl.models.tiny_vl import tiny_vl_model_path
+    from verl.workers.micro_batches import MicroBatching
+    from verl.workers.packing import PackingUnsupported, causal_lm_trunk
+
+    trunk = causal_lm_trunk(AutoModelForImageTextToText.from_pretrained(tiny_vl_model_path(family)))
+    mode, micro = MicroBatching(4, packed=True, packed_by_default=True).with_packing(trunk, "actor")
+    assert mode is None and micro.packed is False
+    with pytest.raises(PackingUnsupported, match=r"^training.use_packed_samples: a vision-language model"):
+        MicroBatching(4, packed=True).with_packing(trunk, "actor")

@@ -43,12 +43,6 @@ class MicroBatching:
         cannot be packed, padded micro-batches and one log line (asked for, the error stands)."""
         if not self.packed:
             return None, self
-        if getattr(getattr(trunk, "config", None), "vision_config", None) is not None:
-            # one packed row of several sequences cannot carry their images; asked for explicitly, the
-            # config check (verl.models.loading.check_vision_language) refused it already
-            print(f"verl: {role} runs padded micro-batches: a vision-language model's images do not pack",
-                  flush=True)
-            return None, dataclasses.replace(self, packed=False)
         try:
             return prepare_packing(trunk), self
         except PackingUnsupported as exc:

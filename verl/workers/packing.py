@@ -350,6 +350,10 @@ def prepare_packing(trunk: torch.nn.Module) -> str:
     mode = getattr(trunk, "_verl_packing_mode", None)
     if mode is not None:
         return mode
+    if getattr(trunk.config, "vision_config", None) is not None:
+        raise PackingUnsupported("training.use_packed_samples: a vision-language model's images do not pack (one "
+                                 "packed row of several sequences cannot carry their images) -- set "
+                                 "training.use_packed_samples: false")
     _check_causal(trunk)
     config = trunk.config
     current = getattr(config, "_attn_implementation", None)
