@@ -15,7 +15,8 @@
 #   versions    torch / vLLM / CUDA / transformers / TRL versions and the GPU, as JSON
 #   tests       pytest -m gpu tests/test_gpu_vllm.py (junit XML for the counts); tests-k: those that VLLM_K selects
 #   vl-tests    pytest -m gpu tests/test_gpu_vllm_vl.py (#44 item 3: vision-language vLLM: log-probs after a sync, sleep,
-#               frozen tower, GRPO via the CLI on tiny:qwen2_5_vl / tiny:llava; never run yet, 240 s is a guess)
+#               frozen tower, GRPO via the CLI on tiny:qwen2_5_vl / tiny:llava; 288 s for 8 tests in session 15);
+#               vl-tests-k: those that VL_K selects (a pytest -k expression)
 #   cuda-tests  the rest of the suite's CUDA tests: pytest tests -k "cuda or gpu"
 #   rollout     benchmarks/rollout.py: verl's VLLMRollout vs raw LLM.generate at 64 / 256 / 512 sequences
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
@@ -177,6 +178,22 @@ DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))
 PY=python3
 
 pack() { tar -C /tmp -czf "$OUT/h200_results.tgz" h200_results; }
+
+# verl runs here from the checkout on PYTHONPATH, not pip-installed, so no dist-info declares its entry points;
+# vLLM finds its general plugin (verl.compat.vllm_transformers: the transformers names vLLM 0.26's LLaVA module
+# imports) only through one, also in the child process that checks a model's architecture. Write what pip
+# install would, from pyproject.toml, into /tmp/site (on PYTHONPATH).
+$PY - "$ROOT" <<'PYEOF' || echo "   (verl's entry points not written: vLLM's LLaVA check may fail)" | tee -a "$W/run.log"
+import os, sys, tomllib
+root = sys.argv[1]
+project = tomllib.load(open(os.path.join(root, "pyproject.toml"), "rb"))["project"]
+info = "/tmp/site/verl-0.0.0+checkout.dist-info"
+os.makedirs(info, exist_ok=True)
+open(os.path.join(info, "METADATA"), "w").write("Metadata-Version: 2.1\nName: verl\nVersion: 0.0.0+checkout\n")
+with open(os.path.join(info, "entry_points.txt"), "w") as f:
+    for group, entries in project.get("entry-points", {}).items():
+        f.write(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n")
+PYEOF
 
 in_session() {  # in_session SECONDS LOG COMMAND...: COMMAND under timeout in a session of its own, and
     # afterwards whatever it left running ended (SIGTERM, 20 s, then SIGKILL). On 2026-12-01 a timed-out
@@ -341,6 +358,8 @@ print(info)" ;;
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
         vl-tests) stage vl-tests 240 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_vl_tests.xml" ;;
+        vl-tests-k) stage vl-tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
+                   expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_vl_tests_k.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_gpu_vllm_vl.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
                    --ignore=tests/test_distributed_ray.py --ignore=tests/test_models_fetch.py --ignore=tests/test_gpu_sglang.py --ignore=tests/test_python_api.py \

@@ -97,6 +97,18 @@ def run_guarded(fn, debug: bool) -> int:
         if _is_oom(exc):
             _print_error(OOM_HINT)
             return 1
-        _print_error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-                     "(run with --debug for the traceback)")
+        _print_error(f"{type(exc).__name__}: {one_line(str(exc))} (run with --debug for the traceback)")
         return 1
+
+
+def one_line(message: str, limit: int = 400) -> str:
+    """A multi-line exception message as one line: its first line, and the second where the first is only a
+    heading (pydantic's "1 validation error for ModelConfig", whose reason is on the next line, as vLLM's
+    "Model architectures [...] failed to be inspected"), without pydantic's "[type=...]" tail."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    text = lines[0]
+    if len(lines) > 1 and (text.endswith(":") or " validation error" in text):
+        text = f"{text.rstrip(':')}: {lines[1].split(' [type=')[0]}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
