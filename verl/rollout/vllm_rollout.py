@@ -71,7 +71,7 @@ def import_vllm():
         import vllm
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
-    from verl.compat.vllm_transformers import register
+    from verl.rollout.vllm_transformers_names import register
 
     register()  # also vLLM's plugin (pyproject.toml): here for a checkout run without pip's entry point
     return vllm

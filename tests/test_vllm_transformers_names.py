@@ -1,4 +1,4 @@
-"""verl.compat.vllm_transformers: the names vLLM 0.26's Pixtral module imports from a transformers that renamed
+"""verl.rollout.vllm_transformers_names: the names vLLM 0.26's Pixtral module imports from a transformers that renamed
 them (the H200's vLLM LLaVA failure of session 15), and the CLI's one line for a multi-line error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from verl.compat import vllm_transformers
+from verl.rollout import vllm_transformers_names as vllm_transformers
 from verl.trainer.launch import one_line
 
 PIXTRAL = "transformers.models.pixtral.modeling_pixtral"
