@@ -65,14 +65,17 @@ def main(argv=None) -> int:
     row = {"recipe": args.recipe, "model": os.path.basename(args.model.rstrip("/")), "max_count": task.max_count,
            "text_only_acc": baseline, **{k: v for k, v in row.items() if k != "algorithm"}}
     key = row.get("val_key") or "val/all/acc@1"
+    if row.get("curve"):  # where the best held-out accuracy was first reached: a later collapse shows against it
+        best = next(c for c in row["curve"] if c["acc"] == row["acc_best"])
+        row["best_step"], row["best_minutes"] = best["step"], round(best["train_s"] / 60, 2)
     algorithm_curves.plot([{"algorithm": "GRPO, hybrid LLaVA", "curve": row.get("curve")}],
                           os.path.join(args.out, "vl_recipe.png"), key, hline=(baseline, f"text-only prior ({baseline:.0%})"),
                           title="Counting squares: SmolLM2-135M text weights + a RANDOM vision tower, trained by RL only")
     cols = ["model", "minutes", "steps", "step_s_median", "text_only_acc", "acc_first", "acc_last", "acc_best",
-            "wall_s", "error"]
+            "best_step", "best_minutes", "wall_s", "error"]
     cols = [c for c in cols if row.get(c) is not None]
     notes = (f"{args.recipe}, {args.minutes} minutes of training.max_minutes; acc = {key} on {args.val} held-out "
-             f"images (greedy exact count), acc_first at step 0 (before training), acc_last at the final validation; "
+             f"images (greedy exact count), acc_first at step 0 (before training), acc_last at the final validation, best_step / best_minutes where acc_best was first reached; "
              f"text_only_acc: always the most frequent held-out count. The model's vision tower and projector "
              f"started RANDOM (verl/models/hybrid_vl.py).")
     common.write_results(args.out, "vl_recipe", info, [row], cols, extra={"command": info["command"], "task": meta},

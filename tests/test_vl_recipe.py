@@ -210,4 +210,7 @@ def test_benchmark_driver_on_the_cpu(tmp_path):
     row = res["rows"][0] if "rows" in res else res
     assert row["steps"] == 2 and row["text_only_acc"] == 0.25 and row["acc_first"] is not None
     assert row["acc_last"] is not None and row["step_s_median"] > 0
+    # best_step: the first validation at acc_best (step 0 or 2 here; GPU session 15: step 70 of 228)
+    assert [c["step"] for c in row["curve"] if c["acc"] == row["acc_best"]][0] == row["best_step"]
+    assert row["best_step"] in (0, 2) and row["best_minutes"] >= 0
     assert (out / "vl_recipe.png").exists() and (out / "grpo" / "metrics.jsonl").exists()
