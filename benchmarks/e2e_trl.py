@@ -27,7 +27,7 @@ def trl_config_kwargs(args, device_type: str, output_dir: str) -> dict:
     if args.system == "trl-vllm":
         # TRL's fast path: an in-process vLLM engine (colocate), synced from the model every step.
         # Completions run to the full length as verl's (vLLM's ignore_eos; min_new_tokens is an HF key).
-        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs={"ignore_eos": True})
+        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs=e2e_work.trl_vllm_generation_kwargs(work))
     else:
         extra = dict(generation_kwargs={"min_new_tokens": args.max_new_tokens},
                      cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None)

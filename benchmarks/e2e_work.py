@@ -14,6 +14,10 @@
                    - no gradient checkpointing (verl's default; TRL gradient_checkpointing=False with micro-batches
                      that fit, --trl-micro-batch; real verl enable_gradient_checkpointing=False)
                    - TRL with LoRA: a bf16 base (model_init_kwargs dtype), as verl keeps its frozen base in model.dtype
+                   - no text decoded by vLLM (verl's requests: detokenize=False; TRL: generation_kwargs detokenize=False,
+                     an expert's setting: TRL reads only each output's token_ids, vllm_generation.py `all_completion_ids`,
+                     while vLLM 0.26, when a request detokenizes, decodes every log-prob token to text, Python work per
+                     token; added 2026-12-04 from the generation probe, after the runs of sessions 14-15)
                    - real verl at its experts' speed settings: FSDP2, use_fused_kernels=True (log-probs from the hidden
                      states, not the per-row logprobs_from_logits loop it falls back to without flash-attn)
 
@@ -73,6 +77,13 @@ def trl_kwargs(work: str, n: int, micro_batch: int | None, lora: bool) -> dict:
     return dict(out, gradient_checkpointing=False, vllm_importance_sampling_correction=False)
 
 
+def trl_vllm_generation_kwargs(work: str) -> dict:
+    """TRL's generation_kwargs (vLLM SamplingParams keys) for the trl-vllm rows: completions to the full length
+    as verl's (ignore_eos) and, like-for-like, no text decoded by vLLM (detokenize=False, as verl sends)."""
+    _check(work)
+    return {"ignore_eos": True, **({"detokenize": False} if work == "like-for-like" else {})}
+
+
 def trl_weight_dtype(work: str, system: str, lora: bool) -> str:
     """TRL's model_init_kwargs dtype: bf16 weights for trl-bf16-static, and for the LoRA base like-for-like (verl
     keeps its frozen base in model.dtype; in TRL's defaults the base stays fp32 under autocast)."""
@@ -95,8 +106,8 @@ def caption(system: str, work: str, trl_micro_batch: int | None = None, n: int |
         lp = "vLLM log-probs every step" if vllm else "no engine log-probs (HF generate)"
         if ll:
             mb, acc = trl_micro_batches(n or 1, trl_micro_batch) if n else (trl_micro_batch, None)
-            return (f"TRL like-for-like: {lp}; IS correction off; pi_old = the update's forward (no extra pass); "
-                    f"no gradient checkpointing; micro-batches of {mb} x {acc}"
+            return (f"TRL like-for-like: {lp}{'; vLLM detokenize off' if vllm else ''}; IS correction off; pi_old = "
+                    f"the update's forward (no extra pass); no gradient checkpointing; micro-batches of {mb} x {acc}"
                     + ("; bf16 LoRA base" if lora else ""))
         is_part = ("IS correction on (its extra no-grad pi_old forward)" if vllm
                    else "no IS correction; pi_old = the update's forward")

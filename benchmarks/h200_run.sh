@@ -161,8 +161,12 @@
 # Seen on 2026-12-03 11:11-11:26 (session 14, 0216c37, machine start 1 of #40): a 88 s start, staging 7 parts ~30 s,
 # install + versions ~40 s, e2e-b-ll 411 s (1.88x), e2e-c-ll 366 s (1.25x), back to back on one held machine. Left for #40:
 # e2e-a-ll; machine start 2 of e2e-b-ll / e2e-c-ll (E2E_TAG=_run2, then merge); real verl at (b) and (c) (sessions 3-4 above).
-# Next for #44 (session 14 had no device time left for it; a machine start was refused twice): stage + install, then
-# `vl-tests` and `VL_MINUTES=4 vl-recipe` (the model's wheel parts in /root/mp), ~700 s.
+# Seen on 2026-12-03/04 (session 15, three machine starts): staging 7 + 2 parts ~50 s, install ~45, versions 24, vl-tests
+# 288 s (7 of 8 passed: LLaVA's vLLM check failed on transformers 5.17's dropped Pixtral names), cuda-tests 150 (39 passed);
+# after the plugin (verl/rollout/vllm_transformers_names.py, then in verl/compat): VL_K=llava vl-tests-k 177 (passed), fetch 56, VL_MINUTES=4 vl-recipe 391 (25% -> 100%
+# held-out at step 70, collapsed to 25% after step 170), E2E_TAG=_run2 e2e-b-ll 465 (2.02x; merged with session 14's: 1.95x).
+# Left for #40: e2e-a-ll; e2e-c-ll run 2; real verl at (b) and (c) (sessions 3-4 above). For #44: vl-recipe with the
+# recipe's 150-step stop (~330 s with the fetch).
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -180,7 +184,7 @@ PY=python3
 pack() { tar -C /tmp -czf "$OUT/h200_results.tgz" h200_results; }
 
 # verl runs here from the checkout on PYTHONPATH, not pip-installed, so no dist-info declares its entry points;
-# vLLM finds its general plugin (verl.compat.vllm_transformers: the transformers names vLLM 0.26's LLaVA module
+# vLLM finds its general plugin (verl.rollout.vllm_transformers_names: the transformers names vLLM 0.26's LLaVA module
 # imports) only through one, also in the child process that checks a model's architecture. Write what pip
 # install would, from pyproject.toml, into /tmp/site (on PYTHONPATH).
 $PY - "$ROOT" <<'PYEOF' || echo "   (verl's entry points not written: vLLM's LLaVA check may fail)" | tee -a "$W/run.log"
@@ -356,9 +360,9 @@ print(info)" ;;
                    --junitxml="$W/gpu_tests.xml" ;;
         tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
-        vl-tests) stage vl-tests 240 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
+        vl-tests) stage vl-tests 300 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_vl_tests.xml" ;;
-        vl-tests-k) stage vl-tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
+        vl-tests-k) stage vl-tests-k 180 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_vl_tests_k.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
                    --ignore=tests/test_gpu_vllm.py --ignore=tests/test_gpu_vllm_vl.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
@@ -371,7 +375,7 @@ print(info)" ;;
         e2e-c) e2e_run e2e-c 420 320 --systems verl-vllm trl-vllm $WORK_C ;;
         e2e-a-ll) e2e_run e2e-a-ll 250 240 --systems verl-vllm trl-vllm --work like-for-like $WORK_A \
                    --trl-gen-probe ${E2E_PROBE:-3} ;;
-        e2e-b-ll) e2e_run e2e-b-ll 440 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_B \
+        e2e-b-ll) e2e_run e2e-b-ll 480 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_B \
                    --trl-micro-batch ${E2E_TRL_MB_B:-16} --trl-gen-probe ${E2E_PROBE:-1} ;;
         e2e-c-ll) e2e_run e2e-c-ll 420 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_C \
                    --trl-micro-batch ${E2E_TRL_MB_C:-8} ;;

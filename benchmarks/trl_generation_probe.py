@@ -9,9 +9,10 @@ TRL's colocated engine, after its timed steps, the probe
   2. replays that exact engine call REPEATS times on the same LLM with the same prompts and the same
      SamplingParams object TRL built (n=1 per duplicated prompt, temperature/top_p/top_k/min_p/
      repetition_penalty, max_tokens, logprobs=0, plus generation_kwargs: ignore_eos);
-  3. replays three variants, one change each: logprobs=None (no per-token log-probs), flat_logprobs=True (the
+  3. replays four variants, one change each: logprobs=None (no per-token log-probs), flat_logprobs=True (the
      same log-probs returned as flat lists, as verl's rollout asks for them, instead of one dict and Logprob
-     object per token), and n=group over the unique prompts (one request per prompt, as verl's rollout sends them);
+     object per token), detokenize=False (the log-probs kept, no text decoded: as verl's rollout asks), and
+     n=group over the unique prompts (one request per prompt, as verl's rollout sends them);
   4. records the engine's settings TRL chose (max_num_seqs, max_num_batched_tokens=4096, logprobs_mode
      processed_logprobs, gpu_memory_utilization, enforce_eager / CUDA graphs).
 
@@ -87,8 +88,14 @@ def replay(recorder: EngineCallRecorder, group: int, repeats: int, sync=lambda: 
         "replay_same_params": (prompts, params),
         "replay_no_logprobs": (prompts, _clone(params, logprobs=None)),
         # On the H200 at work (b), 2026-12-03: same params 8.45 s, no log-probs 3.78 s, while verl's engine call
-        # with log-probs took 5.20 s: is the difference the per-token Logprob objects (flat_logprobs)?
+        # with log-probs took 5.20 s: is the difference the per-token Logprob objects (flat_logprobs)? No: on
+        # 2026-12-04, 11.68 s with flat lists against 11.82 s without.
         "replay_flat_logprobs": (prompts, _clone(params, flat_logprobs=True)),
+        # verl sends detokenize=False (its text comes from the token ids). With a tokenizer, vLLM 0.26's
+        # LogprobsProcessor._update_sample_logprobs decodes every log-prob token (convert_ids_list_to_tokens) and
+        # _verify_tokens re-decodes with up to 4 context tokens each one whose text ends in U+FFFD (frequent for
+        # random weights' byte tokens): Python work per generated token.
+        "replay_no_detokenize": (prompts, _clone(params, detokenize=False)),
         "replay_n_group": (unique_prompts(prompts, group), _clone(params, n=group)),
     }
     out = {}

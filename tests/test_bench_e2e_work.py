@@ -56,9 +56,11 @@ def test_trl_kwargs_defaults_vs_like_for_like():
     ll = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", LL, "--trl-micro-batch", "32"), "cuda", "/o")
     assert (ll["per_device_train_batch_size"], ll["gradient_accumulation_steps"]) == (32, 8)
     assert ll["gradient_checkpointing"] is False and ll["vllm_importance_sampling_correction"] is False
+    # verl's requests carry detokenize=False; TRL reads token ids only, so an expert turns vLLM's decoding off too
+    assert ll["generation_kwargs"] == {"ignore_eos": True, "detokenize": False}
     # everything but the work's keys is the same work
     keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-            "vllm_importance_sampling_correction")
+            "vllm_importance_sampling_correction", "generation_kwargs")
     assert {k: v for k, v in d.items() if k not in keys} == {k: v for k, v in ll.items() if k not in keys}
     # the micro-batch flag does not touch the defaults row (TRL's own layout: one micro-batch)
     d32 = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", "defaults", "--trl-micro-batch", "32"), "cuda", "/o")
@@ -190,7 +192,7 @@ class _Engine:
 
     def generate(self, prompts, sampling_params=None, use_tqdm=True):
         self.calls.append((len(prompts), sampling_params.n, sampling_params.logprobs,
-                           getattr(sampling_params, "flat_logprobs", False)))
+                           getattr(sampling_params, "flat_logprobs", False), getattr(sampling_params, "detokenize", True)))
         return ["out"] * len(prompts) * sampling_params.n
 
 
@@ -203,11 +205,11 @@ def test_generation_probe_replays_the_exact_call():
         assert llm.generate(prompts, sampling_params=params, use_tqdm=False) == ["out"] * 6
     assert len(rec.seconds) == 3 and rec.calls[1]["sampling_params"] is params
     replays = probe.replay(rec, group=2, repeats=2)
-    # same, no log-probs, flat log-prob lists, n=group
-    assert llm.calls[3:] == ([(6, 1, 0, False)] * 2 + [(6, 1, None, False)] * 2 + [(6, 1, 0, True)] * 2
-                             + [(3, 2, 0, False)] * 2)
+    # same, no log-probs, flat log-prob lists, no detokenizing, n=group
+    assert llm.calls[3:] == ([(6, 1, 0, False, True)] * 2 + [(6, 1, None, False, True)] * 2
+                             + [(6, 1, 0, True, True)] * 2 + [(6, 1, 0, False, False)] * 2 + [(3, 2, 0, False, True)] * 2)
     assert params.logprobs == 0 and params.n == 1  # the variants were clones: TRL's own object is untouched
-    assert not hasattr(params, "flat_logprobs")
+    assert not hasattr(params, "flat_logprobs") and not hasattr(params, "detokenize")
     assert len(rec.seconds) == 3  # the replays are not counted as TRL's calls
     s = probe.summary([0.5, 0.3, 0.3], rec, replays, probe.engine_settings(llm), warmup=1)
     assert s["trl_generate_s"] == 0.3 and s["around_engine_s"] == round(0.3 - s["trl_engine_call_s"], 4)
