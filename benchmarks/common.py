@@ -91,10 +91,15 @@ def build_model(arch: str, device, dtype=torch.float32, attn: str = "sdpa") -> t
     return model
 
 
-def synthetic_tokenizer(vocab_size: int):
-    """A byte-level BPE tokenizer with exactly `vocab_size` tokens, built offline in a second:
-    3 special tokens, the 256 byte symbols, then merges of byte pairs. Every id decodes, so a
-    random model of any real architecture can be paired with it."""
+def synthetic_tokenizer(vocab_size: int, triples: bool = False):
+    """A byte-level BPE tokenizer built offline in a second: 3 special tokens, the 256 byte symbols, then
+    merges of byte pairs, up to `vocab_size` tokens and at most 65,795. A Qwen-sized random model (151,936
+    ids) therefore samples 57% of its ids past the tokenizer: they decode to "" on every side alike
+    (HF, vLLM, TRL), and the other 43% are one or two bytes. Kept so because text decoding then costs what a
+    real tokenizer's does: vLLM's log-prob token decoding (detokenize=True) added 23-25 us a token with this,
+    18-25 with SmolLM2's real tokenizer, and 133-156 with pair+byte triples filling all 151,936 ids (random bytes:
+    most end in U+FFFD, which vLLM re-decodes with context), on the 2-core CPU, 2026-12-04 (`triples=True`
+    builds that one, for benchmarks/logprob_detokenize.py)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -109,6 +114,12 @@ def synthetic_tokenizer(vocab_size: int):
                 break
             vocab[a + b] = len(vocab)
             merges.append((a, b))
+    for pair in [a + b for a in alphabet for b in alphabet] if triples else []:
+        for c in alphabet:  # (pair, byte): the pair merged first
+            if len(vocab) >= vocab_size:
+                break
+            vocab[pair + c] = len(vocab)
+            merges.append((pair, c))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
