@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-from verl.compat.real_verl import NO_DEFAULT, TABLE
+from verl.compat.real_keys import NO_DEFAULT
+from verl.compat.real_verl import TABLE
 
 BEGIN, END = "<!-- real-verl-table:begin -->", "<!-- real-verl-table:end -->"
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from verl.compat.real_verl import MANUAL, as_bool, as_int, ignored, only, reads, refuse
+from verl.compat.real_keys import MANUAL, as_bool, as_int, ignored, only, reads, refuse
 from verl.errors import ConfigError
 
 OLD_FN, NEW_FN = "custom_reward_function", "reward.custom_reward_function"

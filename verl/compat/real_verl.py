@@ -13,7 +13,9 @@
 A key ending in ".*" covers every key below it; an exact entry wins over such a group. A key in
 no entry is refused with one line (`verl.compat.translate`). A converter refuses a value that would
 change results and has no equivalent here (ConfigError: one line, exit 2). docs/real_verl.md's
-table is rendered from `TABLE` (`verl.compat.doc_table`); a test keeps the two equal.
+table is rendered from `TABLE` (`verl.compat.doc_table`); a test keeps the two equal. The entry type, value
+checks and converter factories are in `verl.compat.real_keys`; converters that read other keys in
+`verl.compat.real_converters`; the reward and vision-language rows in real_rewards.py / real_verl_vision.py.
 
 Units (real verl -> here): `data.train_batch_size` counts prompts, as `training.batch_size` does;
 `ppo_mini_batch_size` counts prompts and is multiplied by `rollout.n` (our `training.mini_batch_size`
@@ -22,481 +24,13 @@ counts sequences); `ppo_micro_batch_size_per_gpu` counts sequences per device, a
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
-
-from verl.errors import ConfigError
-
-NO_DEFAULT = object()
-MANUAL = "docs/real_verl.md"
-
-Convert = Callable[[Any, Any, str], dict]
-
-
-@dataclass(frozen=True)
-class RealKey:
-    convert: Optional[Convert]
-    target: str
-    default: Any = NO_DEFAULT
-    real_default: Any = NO_DEFAULT
-    note: str = ""
-    phase: int = 1
-    identity: Optional[str] = None  # our key this one sets unchanged (a native key of that name is read back)
-    dict_value: bool = False  # its value is a dict: `key.a.b=v` overrides are gathered into it
-
-    @property
-    def ignored(self) -> bool:
-        return self.convert is None
-
-
-# ---------------------------------------------------------------------------
-# Value checks (real verl types; errors name the real key)
-# ---------------------------------------------------------------------------
-
-
-def as_int(value, key: str, low: Optional[int] = None) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-    if not number.is_integer():
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if low is not None and number < low:
-        raise ConfigError(f"{key}: must be >= {low}, got {value!r}")
-    return int(number)
-
-
-def as_float(value, key: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-
-
-def as_bool(value, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(f"{key}: expected True or False, got {value!r}")
-
-
-def refuse(key: str, value, why: str) -> ConfigError:
-    """The one line for a real verl setting that has no equivalent here."""
-    shown = "null" if value is None else value
-    return ConfigError(f"real verl's {key}={shown} is not supported: {why} (see {MANUAL})")
-
-
-def _pick(value, key: str, choices: dict, what: str = "") -> Any:
-    if value not in choices:
-        raise refuse(key, value, f"no equivalent here{what}; supported: {', '.join(map(str, choices))}")
-    return choices[value]
-
-
-def _module_names(value, key: str):
-    """peft's exclude_modules / target_modules value: a regex (one string) or a list of module names."""
-    if isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
-        return value if isinstance(value, str) else list(value)
-    raise ConfigError(f"{key}: expected a regex or a list of module names, got {value!r}")
-
-
-def _path(value) -> str:
-    return os.path.expanduser(str(value))
-
-
-def _paths(value, key: str) -> list:
-    if isinstance(value, (list, tuple)):
-        return [_path(v) for v in value]
-    if isinstance(value, str):
-        return [_path(value)]
-    raise ConfigError(f"{key}: expected a file or a list of files, got {value!r}")
-
-
-# ---------------------------------------------------------------------------
-# Converter factories
-# ---------------------------------------------------------------------------
-
-
-def to(target: str, kind: Optional[Callable] = None, **extra) -> dict:
-    """One real key -> one of ours; `kind` checks/converts the value (as_int, as_float, ...). null sets
-    nothing (our default holds), as an unset key in real verl."""
-
-    def convert(value, ctx, key):
-        if value is None:
-            return {}
-        return {target: value if kind is None else kind(value, key)}
-
-    return dict(convert=convert, target=target, identity=target if kind is None or kind in (as_int, as_float, as_bool)
-                else None, **extra)
-
-
-def custom(fn: Convert, target: str, **extra) -> dict:
-    return dict(convert=fn, target=target, **extra)
-
-
-def reads(target: str, **extra) -> dict:
-    """Read by another entry's converter (named in `target`); sets nothing itself."""
-    return dict(convert=lambda value, ctx, key: {}, target=f"(read: {target})", **extra)
-
-
-def ignored(note: str, **extra) -> dict:
-    return dict(convert=None, target="(ignored)", note=note, **extra)
-
-
-def same_value(a, b) -> bool:
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return a == b
-
-
-def only(*allowed, why: str = "", **extra) -> dict:
-    """Accepted only with a value that has no effect (real verl's default); others are refused."""
-
-    def convert(value, ctx, key):
-        if not any(same_value(value, a) for a in allowed):
-            shown = " or ".join("null" if a is None else repr(a) for a in allowed)
-            raise refuse(key, value, f"{why or 'it has no equivalent here'}; only {shown} is accepted")
-        return {}
-
-    shown = ", ".join("null" if a is None else str(a) for a in allowed)
-    return dict(convert=convert, target=f"(only {shown})", note=f"other values refused: {why}" if why else "", **extra)
-
-
-def same_as(actor_key: str, our_key: str) -> dict:
-    """A critic key whose value is shared with the actor here: accepted when equal to the actor's."""
-
-    def convert(value, ctx, key):
-        actor = ctx.get(actor_key)
-        if not same_value(value, actor):
-            raise ConfigError(f"{key}={value!r} differs from {actor_key}={actor!r}: here the actor and the critic "
-                              f"share one {our_key}; give both the same value (see {MANUAL})")
-        return {}
-
-    return dict(convert=convert, target=f"(= {actor_key})", note=f"one {our_key} for actor and critic here")
-
-
-# ---------------------------------------------------------------------------
-# Converters that read other keys
-# ---------------------------------------------------------------------------
-
-ARR = "actor_rollout_ref"
-ACTOR, ROLLOUT = f"{ARR}.actor", f"{ARR}.rollout"
-
-# real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
-ESTIMATORS = {
-    "gae": ("ppo", "gae"), "grpo": ("grpo", "grpo"), "grpo_vectorized": ("grpo", "grpo"),
-    "rloo": ("rloo", "rloo"), "rloo_vectorized": ("rloo", "rloo"), "remax": ("remax", "remax"),
-    "reinforce_plus_plus": ("reinforce_pp", "reinforce_pp"),
-    "reinforce_plus_plus_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
-    "dr_grpo": ("dr_grpo", "dr_grpo"), "reinforce_pp": ("reinforce_pp", "reinforce_pp"),
-    "reinforce_pp_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
-    "gpg": ("gpg", "gpg"), "opo": ("opo", "opo"), "gdpo": ("gdpo", "gdpo"),
-    "optimal_token_baseline": ("otb", "optimal_token_baseline"),
-}
-# real kl_loss_type / kl_penalty -> our kl_estimator (`full` and the straight-through "+" forms have none)
-KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
-LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
-              "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
-# loss modes whose real verl function ignores loss_agg_mode and averages per sequence
-SEQUENCE_MEAN_LOSS_MODES = ("sapo", "geo_mean")
-LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
-DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-          "fp32": "float32", "float32": "float32"}
-
-
-def _adv_estimator(value, ctx, key):
-    preset, ours = _pick(value, key, ESTIMATORS)
-    return {"algorithm.name": preset, "algorithm.adv_estimator": ours}
-
-
-def _kl_loss_type(value, ctx, key):
-    est = _pick(value, key, KL_TYPES)
-    # one kl_estimator here: the loss's when the KL is a loss term, or when it is used nowhere
-    if as_bool(ctx.get(f"{ACTOR}.use_kl_loss"), f"{ACTOR}.use_kl_loss") or not ctx.get("algorithm.use_kl_in_reward"):
-        return {"algorithm.kl_estimator": est}
-    return {}
-
-
-def _kl_penalty(value, ctx, key):
-    est = _pick(value, key, KL_TYPES)
-    if not as_bool(ctx.get("algorithm.use_kl_in_reward"), "algorithm.use_kl_in_reward"):
-        return {}
-    if ctx.get(f"{ACTOR}.use_kl_loss"):
-        loss_est = KL_TYPES.get(ctx.get(f"{ACTOR}.kl_loss_type"))
-        if loss_est != est:
-            raise ConfigError(f"{key}={value} differs from {ACTOR}.kl_loss_type={ctx.get(f'{ACTOR}.kl_loss_type')}: "
-                              f"with both KL in the reward and a KL loss, one estimator (algorithm.kl_estimator) "
-                              f"serves both here (see {MANUAL})")
-    return {"algorithm.kl_estimator": est}
-
-
-def _loss_mode(value, ctx, key):
-    return {"algorithm.policy_loss": _pick(value, key, LOSS_MODES)}
-
-
-def _loss_agg_mode(value, ctx, key):
-    """Real verl's sapo and geo_mean losses ignore loss_agg_mode (seq-mean-token-mean always): so here."""
-    if ctx.get(f"{ACTOR}.policy_loss.loss_mode") in SEQUENCE_MEAN_LOSS_MODES:
-        return {"algorithm.loss_agg_mode": "seq-mean-token-mean"}
-    return {"algorithm.loss_agg_mode": value}
-
-
-def _clip_bound(ours: str):
-    def convert(value, ctx, key):  # null -> clip_ratio, as real verl's actor reads it
-        bound = ctx.get(f"{ACTOR}.clip_ratio") if value is None else value
-        return {ours: as_float(bound, key)}
-
-    return convert
-
-
-def _mini_batch(value, ctx, key):
-    prompts = as_int(value, key, low=1)
-    batch = as_int(ctx.get("data.train_batch_size"), "data.train_batch_size", low=1)
-    if batch % prompts:
-        raise ConfigError(f"{key}: {prompts} prompts do not divide data.train_batch_size {batch}")
-    n = as_int(ctx.get(f"{ROLLOUT}.n"), f"{ROLLOUT}.n", low=1)
-    return {"training.mini_batch_size": prompts * n}  # sequences per optimizer step
-
-
-def _global_micro(value, ctx, key):
-    world = ctx.world_size()
-    micro = as_int(value, key, low=1)
-    if micro % world:
-        raise ConfigError(f"{key}: {micro} is not a multiple of the {world} devices (trainer.nnodes x n_gpus_per_node)")
-    return {"training.micro_batch_size": micro // world}
-
-
-def _dynamic_bsz(value, ctx, key):
-    if not as_bool(value, key):
-        return {}
-    return {"training.max_tokens_per_micro_batch": as_int(ctx.get(f"{ACTOR}.ppo_max_token_len_per_gpu"),
-                                                          f"{ACTOR}.ppo_max_token_len_per_gpu", low=1)}
-
-
-def _param_dtype(value, ctx, key):
-    return {"model.dtype": _pick(value, key, DTYPES)}
-
-
-def _scheduler(value, ctx, key):
-    return {"training.lr_scheduler": _pick(value, key, {"constant": "constant", "cosine": "cosine"})}
-
-
-def _warmup_steps(value, ctx, key):
-    steps = as_int(-1 if value is None else value, key)
-    if steps > 0:
-        return {"training.warmup_steps": steps}
-    return {}
-
-
-def _warmup_ratio(value, ctx, key):
-    steps = ctx.get(f"{ACTOR}.optim.lr_warmup_steps")
-    if steps is not None and as_int(steps, f"{ACTOR}.optim.lr_warmup_steps") > 0:
-        return {}  # lr_warmup_steps wins, as in real verl
-    ratio = as_float(value, key)
-    if not 0 <= ratio <= 1:
-        raise ConfigError(f"{key}: must be in [0, 1], got {value}")
-    return {"training.warmup_steps": int(ratio * ctx.total_steps())}
-
-
-def _critic_warmup(value, ctx, key):
-    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio."""
-    steps = ctx.get("critic.optim.lr_warmup_steps")
-    if steps is not None and as_int(steps, "critic.optim.lr_warmup_steps") > 0:
-        return {"training.critic_warmup_steps": as_int(steps, "critic.optim.lr_warmup_steps")}
-    ratio = ctx.get("critic.optim.lr_warmup_steps_ratio")
-    if ratio is None:
-        return {}
-    ratio = as_float(ratio, "critic.optim.lr_warmup_steps_ratio")
-    if not 0 <= ratio <= 1:
-        raise ConfigError(f"critic.optim.lr_warmup_steps_ratio: must be in [0, 1], got {ratio}")
-    return {"training.critic_warmup_steps": int(ratio * ctx.total_steps())}
-
-
-def _rollout_is(value, ctx, key):
-    """Real verl's rollout correction: token-level weights min(pi / pi_rollout, threshold) are our
-    truncated importance sampling (rollout.tis_cap); null is off."""
-    if value is None:
-        return {}
-    if value != "token":
-        raise refuse(key, value, "sequence-level importance weights; 'token' (= rollout.tis_cap) or null is "
-                                 "accepted")
-    return {"rollout.tis_cap": as_float(ctx.get("algorithm.rollout_correction.rollout_is_threshold"),
-                                        "algorithm.rollout_correction.rollout_is_threshold")}
-
-
-def _tis_cap(value, ctx, key):
-    cap = as_float(value, key)
-    return {"rollout.tis_cap": cap} if cap > 0 else {}
-
-
-def _calculate_log_probs(value, ctx, key):
-    """true: the engine's log-probs on every step (real verl then logs their gap to the actor's);
-    false, real verl's default: here the stale-weights check still asks for them on every
-    rollout.logprob_check_every-th step (10)."""
-    return {"rollout.logprob_check_every": 1} if as_bool(value, key) else {}
-
-
-def _rollout_name(value, ctx, key):
-    return {"rollout.name": _pick(value, key, {"vllm": "vllm", "sglang": "sglang", "hf": "hf"})}
-
-
-def _temperature(value, ctx, key):
-    if not as_bool(ctx.get(f"{ROLLOUT}.do_sample"), f"{ROLLOUT}.do_sample"):
-        return {"rollout.temperature": 0.0}  # greedy
-    return {"rollout.temperature": as_float(value, key)}
-
-
-def _top_k(value, ctx, key):
-    k = as_int(value, key)
-    return {"rollout.top_k": 0 if k <= 0 else k}  # real: -1 (vLLM) or 0 (HF) = off; ours: 0
-
-
-def _max_response(value, ctx, key):
-    if ctx.given(f"{ROLLOUT}.response_length"):
-        return {}  # the rollout's own length wins, as in real verl
-    return {"rollout.max_new_tokens": as_int(value, key, low=1)}
-
-
-def _val_sampling(value, ctx, key):
-    """Validation here: the greedy answer (mean@1) always; sampled answers like real verl's when
-    do_sample is on (data.val_do_sample, with val_kwargs' temperature / top_p / top_k): mean@n."""
-    v = f"{ROLLOUT}.val_kwargs"
-    n = as_int(ctx.get(f"{v}.n"), f"{v}.n", low=1)
-    temperature = as_float(ctx.get(f"{v}.temperature"), f"{v}.temperature")
-    if not as_bool(value, key) or temperature == 0:
-        return {"data.val_n": 1}  # real verl's n greedy answers are one answer n times: mean@1 is their mean
-    top_k = as_int(ctx.get(f"{v}.top_k"), f"{v}.top_k")
-    return {"data.val_n": n, "data.val_do_sample": True, "data.val_temperature": temperature,
-            "data.val_top_p": as_float(ctx.get(f"{v}.top_p"), f"{v}.top_p"), "data.val_top_k": max(0, top_k)}
-
-
-# override_optimizer_config entries that change memory or speed, not the update (real verl's offload switches)
-OPTIMIZER_MEMORY_ONLY = ("foreach", "fused", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
-                         "use_precision_aware_optimizer", "optimizer_cpu_offload")
-
-
-def _mapping(example: str):
-    """A value check for keys whose value is a mapping passed on as it is (null: none); `example` shows one."""
-    def convert(value, key: str) -> dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}={value!r}: expected a mapping, e.g. {example}")
-        return dict(value)
-
-    return convert
-
-
-def _override_optimizer(value, ctx, key):
-    for name in dict(value or {}):
-        if name not in OPTIMIZER_MEMORY_ONLY:
-            raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
-                         "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
-    return {}
-
-
-def _gen_batch(value, ctx, key):
-    if value is None:
-        return {}
-    if not same_value(value, ctx.get("data.train_batch_size")):
-        raise refuse(key, value, f"generating more prompts than a step trains (data.train_batch_size="
-                                 f"{ctx.get('data.train_batch_size')}); here algorithm.dynamic_sampling.enable "
-                                 f"regenerates until the batch is full")
-    return {}
-
-
-def _truncation(value, ctx, key):
-    if as_bool(ctx.get("data.filter_overlong_prompts"), "data.filter_overlong_prompts"):
-        return {"data.truncation": "filter"}
-    return {"data.truncation": _pick(value, key, {"error": "error", "left": "left", "right": "right"})}
-
-
-def _critic_path(value, ctx, key):
-    path = _path(value)
-    actor = ctx.get(f"{ARR}.model.path")
-    return {"critic.name": None if actor is not None and path == _path(actor) else path}
-
-
-def _critic_enable(value, ctx, key):
-    if value is None:
-        return {}
-    gae = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1] == "gae"
-    if as_bool(value, key) != gae:
-        raise ConfigError(f"{key}={value}: here a critic is trained exactly when algorithm.adv_estimator is gae "
-                          f"(it is {ctx.get('algorithm.adv_estimator')}); leave {key} unset (see {MANUAL})")
-    return {}
-
-
-def _total_epochs(value, ctx, key):
-    if ctx.get("trainer.total_training_steps") is not None:
-        return {}  # total_training_steps wins, as in real verl
-    as_int(value, key, low=1)
-    return {"training.total_steps": ctx.total_steps()}
-
-
-def _total_training_steps(value, ctx, key):
-    if value is None:
-        return {}
-    return {"training.total_steps": as_int(value, key, low=1)}
-
-
-def _logger(value, ctx, key):
-    names = value if isinstance(value, (list, tuple)) else [value]
-    backends = [_pick(str(n), key, LOGGERS) for n in names]
-    return {"logging.backends": list(dict.fromkeys(backends + ["jsonl"]))}  # metrics.jsonl: the run's record
-
-
-def _placement(value, ctx, key):
-    nnodes = as_int(ctx.get("trainer.nnodes") or 1, "trainer.nnodes", low=1)
-    per_node = as_int(ctx.get("trainer.n_gpus_per_node") or 1, "trainer.n_gpus_per_node", low=1)
-    if nnodes * per_node == 1:
-        return {"distributed.backend": "none"}
-    return {"distributed.backend": "ray", "distributed.nnodes": nnodes, "distributed.devices_per_node": per_node}
-
-
-def _save_freq(value, ctx, key):
-    every = as_int(value, key)
-    if every <= 0:
-        return {}
-    return {"checkpoint.save_full_every": every, "checkpoint.save_mode": "full"}  # resumable, as real verl's
-
-
-def _resume_mode(value, ctx, key):
-    if value == "auto":
-        return {"checkpoint.resume": "auto"}
-    if value == "disable":  # start over; an earlier run in the folder moves to previous_run_N/
-        return {"checkpoint.resume": "none", "checkpoint.overwrite": True}
-    if value == "resume_path":
-        path = ctx.get("trainer.resume_from_path")
-        if not path:
-            raise ConfigError(f"{key}=resume_path needs trainer.resume_from_path")
-        return {"checkpoint.resume": _path(path)}
-    raise ConfigError(f"{key}: '{value}' is not one of auto, disable, resume_path")
-
-
-def _test_freq(value, ctx, key):
-    every = as_int(value, key)
-    return {"training.val_every": every if every > 0 else 0}
-
-
-def _keep_ckpts(value, ctx, key):
-    if value is None:  # real verl keeps them all: as many as the run can write
-        return {"checkpoint.keep_last": max(1, ctx.total_steps())}
-    return {"checkpoint.keep_last": as_int(value, key, low=1)}
-
-
-def _device(value, ctx, key):
-    return {"device": _pick(value, key, {"cuda": "cuda", "cpu": "cpu", "auto": "auto"})}
-
+from typing import Optional
+
+from verl.compat import real_converters as conv
+from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
+                                   ignored, module_names, only, reads, same_as, to)
+from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
+from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
 
 # ---------------------------------------------------------------------------
 # The table
@@ -508,29 +42,26 @@ _LAYOUT = ("the engine's layout over devices: no meaning on one process; several
 _ENGINE = "engine internals with no effect on results here"
 _PROFILER = "profiling"
 
-# The reward rows live in their own module; it reads the helpers above (so it is imported here, not at the top).
-from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES  # noqa: E402
-from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing  # noqa: E402
 
 _ENTRIES: list[tuple[str, dict]] = [
     # ---- data
-    ("data.train_files", to("data.train_files", _paths, real_default="~/data/rlhf/gsm8k/train.parquet",
+    ("data.train_files", to("data.train_files", expand_paths, real_default="~/data/rlhf/gsm8k/train.parquet",
                             note="required here; parquet/jsonl, verl row layout; ~ expanded")),
-    ("data.val_files", to("data.val_files", _paths, real_default="~/data/rlhf/gsm8k/test.parquet",
+    ("data.val_files", to("data.val_files", expand_paths, real_default="~/data/rlhf/gsm8k/test.parquet",
                           note="not given: no validation; all rows are validated")),
     ("data.tokenizer", to("model.tokenizer")),
     ("data.prompt_key", to("data.prompt_key", default="prompt")),
     ("data.reward_fn_key", only("data_source", why="the reward is picked by data_source")),
     ("data.max_prompt_length", to("data.max_prompt_length", as_int, default=512, note="tokens")),
-    ("data.max_response_length", custom(_max_response, "rollout.max_new_tokens", default=512,
+    ("data.max_response_length", custom(conv.max_response, "rollout.max_new_tokens", default=512,
                                         note="tokens; rollout.response_length wins when given")),
     ("data.train_batch_size", to("training.batch_size", as_int, default=1024, note="prompts per step (both)")),
     ("data.val_batch_size", ignored(_ENGINE)),
-    ("data.gen_batch_size", custom(_gen_batch, "(= data.train_batch_size)", note="more prompts generated than "
+    ("data.gen_batch_size", custom(conv.gen_batch, "(= data.train_batch_size)", note="more prompts generated than "
                                    "trained (DAPO's group filtering) is refused: see algorithm.dynamic_sampling")),
     ("data.shuffle", to("data.shuffle", as_bool, default=True)),
     ("data.seed", to("seed", as_int, note="seeds data order, sampling and init here")),
-    ("data.truncation", custom(_truncation, "data.truncation", default="error",
+    ("data.truncation", custom(conv.truncation, "data.truncation", default="error",
                                note="error | left | right; 'middle' is refused")),
     ("data.filter_overlong_prompts", reads("data.truncation=filter when true", default=False,
                                            note="steps per epoch are counted after filtering")),
@@ -552,12 +83,12 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
     ("data.databuffer.keep_filtered", ignored("used with data.databuffer.enable only")),
-    ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", _mapping("{enable_thinking: false}"),
+    ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", conv.mapping("{enable_thinking: false}"),
                                           dict_value=True,
                                           note="passed to the chat template (e.g. enable_thinking)")),
     ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
     # ---- actor_rollout_ref.model
-    (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": _path(v)}, "model.name",
+    (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": expand_path(v)}, "model.name",
                                  real_default="~/models/deepseek-llm-7b-chat",
                                  note="required here; hub name, local folder or tiny:<arch>")),
     (f"{ARR}.model.trust_remote_code", to("model.trust_remote_code", as_bool)),
@@ -569,14 +100,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
     (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
     (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
-    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", _module_names,
+    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", module_names,
                                         note="peft's exclude_modules, as real verl's FSDP engine passes it: a "
                                              "regex of whole names or a list of names; not given, all-linear "
                                              "skips a vision-language model's tower here (real verl adapts it)")),
     (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
                                             "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
-    (f"{ARR}.model.override_config", to("model.override_config", _mapping("{max_position_embeddings: 32768}"),
+    (f"{ARR}.model.override_config", to("model.override_config", conv.mapping("{max_position_embeddings: 32768}"),
                                         dict_value=True,
                                         note="config.json fields replaced for the actor, reference and engine")),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
@@ -591,25 +122,25 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
     # ---- actor
     (f"{ACTOR}.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
-    (f"{ACTOR}.ppo_mini_batch_size", custom(_mini_batch, "training.mini_batch_size = value x rollout.n",
+    (f"{ACTOR}.ppo_mini_batch_size", custom(conv.mini_batch, "training.mini_batch_size = value x rollout.n",
                                             default=256, note="prompts (real) -> sequences (here); "
                                             "mini-batches are drawn shuffled here, in order in real verl")),
-    (f"{ACTOR}.ppo_micro_batch_size", custom(_global_micro, "training.micro_batch_size = value / devices",
+    (f"{ACTOR}.ppo_micro_batch_size", custom(conv.global_micro, "training.micro_batch_size = value / devices",
                                              note="deprecated global size; " + _MICRO)),
     (f"{ACTOR}.ppo_micro_batch_size_per_gpu", to("training.micro_batch_size", as_int,
                                                  note="sequences per device; not given: the largest divisor "
                                                       "of the per-device mini-batch <= 4")),
-    (f"{ACTOR}.use_dynamic_bsz", custom(_dynamic_bsz, "training.max_tokens_per_micro_batch when true",
+    (f"{ACTOR}.use_dynamic_bsz", custom(conv.dynamic_bsz, "training.max_tokens_per_micro_batch when true",
                                         default=False, note=_MICRO)),
     (f"{ACTOR}.ppo_max_token_len_per_gpu", reads("the token budget of use_dynamic_bsz", default=16384)),
     (f"{ACTOR}.grad_clip", to("training.grad_clip", as_float, default=1.0, note="actor and critic")),
     (f"{ACTOR}.clip_ratio", reads("clip_ratio_low/high when those are null", default=0.2)),
-    (f"{ACTOR}.clip_ratio_low", custom(_clip_bound("algorithm.clip_ratio_low"), "algorithm.clip_ratio_low",
+    (f"{ACTOR}.clip_ratio_low", custom(conv.clip_bound("algorithm.clip_ratio_low"), "algorithm.clip_ratio_low",
                                        default=None, real_default=0.2, note="null: clip_ratio")),
-    (f"{ACTOR}.clip_ratio_high", custom(_clip_bound("algorithm.clip_ratio_high"), "algorithm.clip_ratio_high",
+    (f"{ACTOR}.clip_ratio_high", custom(conv.clip_bound("algorithm.clip_ratio_high"), "algorithm.clip_ratio_high",
                                         default=None, real_default=0.2, note="null: clip_ratio")),
     (f"{ACTOR}.clip_ratio_c", to("algorithm.clip_ratio_c", as_float, default=3.0, note="dual-clip bound")),
-    (f"{ACTOR}.policy_loss.loss_mode", custom(_loss_mode, "algorithm.policy_loss", default="vanilla",
+    (f"{ACTOR}.policy_loss.loss_mode", custom(conv.loss_mode, "algorithm.policy_loss", default="vanilla",
                                               note="vanilla -> ppo; gspo, cispo, sapo, gpg, geo_mean, clip_cov, "
                                                    "kl_cov by name (docs/algorithms.md); others are refused")),
     *[(f"{ACTOR}.policy_loss.{k}", to(f"algorithm.loss_params.{k}", as_float, note=note)) for k, note in (
@@ -621,13 +152,13 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.tau_neg", to("algorithm.loss_params.tau_neg", as_float, note="sapo's gate temperature, A <= 0")),
     (f"{ACTOR}.calculate_sum_pi_squared", ignored("computed exactly when the estimator reads it "
                                                   "(optimal_token_baseline)")),
-    (f"{ACTOR}.loss_agg_mode", custom(_loss_agg_mode, "algorithm.loss_agg_mode", default="token-mean",
+    (f"{ACTOR}.loss_agg_mode", custom(conv.loss_agg_mode, "algorithm.loss_agg_mode", default="token-mean",
                                       note="same four modes; sapo and geo_mean: seq-mean-token-mean, as real "
                                            "verl's ignore it")),
     (f"{ACTOR}.entropy_coeff", to("algorithm.entropy_coeff", as_float, default=0.0)),
     (f"{ACTOR}.use_kl_loss", to("algorithm.use_kl_loss", as_bool, default=False)),
     (f"{ACTOR}.kl_loss_coef", to("algorithm.kl_loss_coef", as_float, default=0.001)),
-    (f"{ACTOR}.kl_loss_type", custom(_kl_loss_type, "algorithm.kl_estimator", default="low_var_kl",
+    (f"{ACTOR}.kl_loss_type", custom(conv.kl_loss_type, "algorithm.kl_estimator", default="low_var_kl",
                                      note="kl/k1, mse/k2, low_var_kl/k3, abs; 'full' and '+' forms are refused")),
     (f"{ACTOR}.ppo_epochs", to("training.num_epochs", as_int, default=1, note="actor and critic")),
     (f"{ACTOR}.shuffle", ignored("real verl splits mini-batches in order; here they are drawn shuffled")),
@@ -639,13 +170,13 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.use_fused_kernels", ignored("fused kernels: " + _ENGINE)),
     (f"{ACTOR}.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
                                            note="as model.use_remove_padding")),
-    (f"{ACTOR}.tis_imp_ratio_cap", custom(_tis_cap, "rollout.tis_cap", note="-1 = off")),
+    (f"{ACTOR}.tis_imp_ratio_cap", custom(conv.tis_cap, "rollout.tis_cap", note="-1 = off")),
     (f"{ACTOR}.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
     (f"{ACTOR}.profiler.*", ignored(_PROFILER)),
     (f"{ACTOR}.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
     (f"{ACTOR}.fsdp_config.param_offload", ignored("parameter offload: memory only")),
     (f"{ACTOR}.fsdp_config.optimizer_offload", to("training.offload_optimizer", as_bool, note="memory only")),
-    (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(_param_dtype, "model.dtype",
+    (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(conv.param_dtype, "model.dtype",
                                                                 note="bf16/fp16/fp32; not given: `auto` here, bf16 on "
                                                                      "a GPU as real verl, float32 on the CPU")),
     (f"{ACTOR}.optim.lr", to("training.lr", as_float, default=1e-6)),
@@ -653,17 +184,17 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.optim.betas", only([0.9, 0.999], why="other Adam betas")),
     (f"{ACTOR}.optim.optimizer", only("AdamW", why="other optimizers")),
     (f"{ACTOR}.optim.optimizer_impl", only("torch.optim", why="other optimizer libraries")),
-    (f"{ACTOR}.optim.override_optimizer_config", custom(_override_optimizer, "(checked)", dict_value=True,
+    (f"{ACTOR}.optim.override_optimizer_config", custom(conv.override_optimizer, "(checked)", dict_value=True,
                                                          note="memory/speed-only entries (" + ", ".join(
-                                                             OPTIMIZER_MEMORY_ONLY) + ") accepted; others are "
+                                                             conv.OPTIMIZER_MEMORY_ONLY) + ") accepted; others are "
                                                              "refused")),
     (f"{ACTOR}.optim.clip_grad", to("training.grad_clip", as_float, note="same as grad_clip")),
-    (f"{ACTOR}.optim.warmup_style", custom(_scheduler, "training.lr_scheduler", default="constant",
+    (f"{ACTOR}.optim.warmup_style", custom(conv.scheduler, "training.lr_scheduler", default="constant",
                                            note="constant | cosine, after a linear warm-up")),
-    (f"{ACTOR}.optim.lr_scheduler_type", custom(_scheduler, "training.lr_scheduler", note="newer name of warmup_style")),
-    (f"{ACTOR}.optim.lr_warmup_steps", custom(_warmup_steps, "training.warmup_steps", default=-1, phase=2,
+    (f"{ACTOR}.optim.lr_scheduler_type", custom(conv.scheduler, "training.lr_scheduler", note="newer name of warmup_style")),
+    (f"{ACTOR}.optim.lr_warmup_steps", custom(conv.warmup_steps, "training.warmup_steps", default=-1, phase=2,
                                               note="<= 0: from lr_warmup_steps_ratio")),
-    (f"{ACTOR}.optim.lr_warmup_steps_ratio", custom(_warmup_ratio, "training.warmup_steps = ratio x total steps",
+    (f"{ACTOR}.optim.lr_warmup_steps_ratio", custom(conv.warmup_ratio, "training.warmup_steps = ratio x total steps",
                                                     default=0.0, phase=2)),
     (f"{ACTOR}.optim.min_lr_ratio", only(None, 0.0, why="a cosine floor above 0")),
     (f"{ACTOR}.optim.num_cycles", only(0.5, why="other cosine cycle counts")),
@@ -671,13 +202,13 @@ _ENTRIES: list[tuple[str, dict]] = [
     # ---- reference policy
     (f"{ARR}.ref.*", ignored("reference-model engine settings: " + _ENGINE)),
     # ---- rollout
-    (f"{ROLLOUT}.name", custom(_rollout_name, "rollout.name", real_default="???",
+    (f"{ROLLOUT}.name", custom(conv.rollout_name, "rollout.name", real_default="???",
                                note="vllm | sglang | hf; not given: hf here (real verl requires it)")),
     (f"{ROLLOUT}.mode", ignored("sync and async generation give the same samples")),
     (f"{ROLLOUT}.n", to("rollout.n", as_int, default=1, note="samples per prompt")),
-    (f"{ROLLOUT}.temperature", custom(_temperature, "rollout.temperature", default=1.0, note="0 when do_sample=False")),
+    (f"{ROLLOUT}.temperature", custom(conv.temperature, "rollout.temperature", default=1.0, note="0 when do_sample=False")),
     (f"{ROLLOUT}.do_sample", reads("rollout.temperature=0 when false", default=True)),
-    (f"{ROLLOUT}.top_k", custom(_top_k, "rollout.top_k", default=-1, note="-1 or 0 = off (0 here)")),
+    (f"{ROLLOUT}.top_k", custom(conv.top_k, "rollout.top_k", default=-1, note="-1 or 0 = off (0 here)")),
     (f"{ROLLOUT}.top_p", to("rollout.top_p", as_float, default=1.0)),
     (f"{ROLLOUT}.response_length", to("rollout.max_new_tokens", as_int, note="default: data.max_response_length")),
     (f"{ROLLOUT}.prompt_length", ignored("the prompt limit is data.max_prompt_length")),
@@ -722,13 +253,13 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", ignored(_MICRO)),
     (f"{ROLLOUT}.log_prob_use_dynamic_bsz", ignored(_MICRO)),
     (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", ignored(_MICRO)),
-    (f"{ROLLOUT}.calculate_log_probs", custom(_calculate_log_probs, "rollout.logprob_check_every",
+    (f"{ROLLOUT}.calculate_log_probs", custom(conv.calculate_log_probs, "rollout.logprob_check_every",
                                               note="true: 1 (every step); false keeps the check every 10th step")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
     (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
-    (f"{ROLLOUT}.val_kwargs.do_sample", custom(_val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
+    (f"{ROLLOUT}.val_kwargs.do_sample", custom(conv.val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
                                                               "val_top_p, val_top_k", default=False,
                                                note="True: n sampled answers (mean@n; n=1: mean@1_sampled) with "
                                                     "val_kwargs' temperature/top_p/top_k, besides the greedy "
@@ -737,9 +268,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.val_kwargs.top_p", reads("data.val_top_p with do_sample", default=1.0)),
     (f"{ROLLOUT}.val_kwargs.top_k", reads("data.val_top_k with do_sample", default=-1)),
     # ---- critic
-    ("critic.enable", custom(_critic_enable, "(checked)", default=None, note="null: a critic exactly for gae")),
+    ("critic.enable", custom(conv.critic_enable, "(checked)", default=None, note="null: a critic exactly for gae")),
     ("critic.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
-    ("critic.model.path", custom(_critic_path, "critic.name", real_default="~/models/deepseek-llm-7b-chat",
+    ("critic.model.path", custom(conv.critic_path, "critic.name", real_default="~/models/deepseek-llm-7b-chat",
                                  note="not given: the actor's model")),
     ("critic.model.tokenizer_path", ignored("the critic reads the actor's text with its own tokenizer here")),
     ("critic.model.trust_remote_code", to("critic.trust_remote_code", as_bool)),
@@ -754,15 +285,15 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.model.enable_activation_offload", ignored("memory only")),
     ("critic.model.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
     ("critic.fsdp.*", ignored("FSDP engine settings (current name of critic.model.fsdp_config): " + _ENGINE)),
-    ("critic.optim.override_optimizer_config", custom(_override_optimizer, "(checked)", dict_value=True,
+    ("critic.optim.override_optimizer_config", custom(conv.override_optimizer, "(checked)", dict_value=True,
                                                       note="as the actor's")),
     ("critic.optim.lr", to("training.critic_lr", as_float, default=1e-5)),
     ("critic.optim.weight_decay", same_as(f"{ACTOR}.optim.weight_decay", "training.weight_decay")),
     ("critic.optim.warmup_style", same_as(f"{ACTOR}.optim.warmup_style", "training.lr_scheduler")),
-    ("critic.optim.lr_warmup_steps", custom(_critic_warmup, "training.critic_warmup_steps", phase=2,
+    ("critic.optim.lr_warmup_steps", custom(conv.critic_warmup, "training.critic_warmup_steps", phase=2,
                                             note="<= 0: from critic.optim.lr_warmup_steps_ratio; not given: the "
                                                  "actor's warm-up")),
-    ("critic.optim.lr_warmup_steps_ratio", custom(_critic_warmup, "training.critic_warmup_steps = ratio x total steps",
+    ("critic.optim.lr_warmup_steps_ratio", custom(conv.critic_warmup, "training.critic_warmup_steps = ratio x total steps",
                                                   phase=2)),
     ("critic.optim.clip_grad", same_as(f"{ACTOR}.grad_clip", "training.grad_clip")),
     ("critic.optim.betas", only([0.9, 0.999], why="other Adam betas")),
@@ -792,7 +323,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     # ---- rewards
     *REWARD_ENTRIES,  # verl/compat/real_rewards.py
     # ---- algorithm
-    ("algorithm.adv_estimator", custom(_adv_estimator, "algorithm.name + algorithm.adv_estimator", default="gae",
+    ("algorithm.adv_estimator", custom(conv.adv_estimator, "algorithm.name + algorithm.adv_estimator", default="gae",
                                        note="gae, grpo, rloo, remax, reinforce_plus_plus(_baseline) "
                                             "(+ _vectorized forms), gpg, opo, gdpo, optimal_token_baseline; "
                                             "others are refused")),
@@ -803,14 +334,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.lam", to("algorithm.lam", as_float, default=1.0, note="GAE lambda (ours: 0.95 elsewhere)")),
     ("algorithm.norm_adv_by_std_in_grpo", to("algorithm.norm_adv_by_std_in_grpo", as_bool, default=True)),
     ("algorithm.use_kl_in_reward", to("algorithm.use_kl_in_reward", as_bool, default=False)),
-    ("algorithm.kl_penalty", custom(_kl_penalty, "algorithm.kl_estimator (with use_kl_in_reward)", default="kl",
+    ("algorithm.kl_penalty", custom(conv.kl_penalty, "algorithm.kl_estimator (with use_kl_in_reward)", default="kl",
                                     note="as kl_loss_type; one estimator when both KL placements are on")),
     ("algorithm.kl_ctrl.type", to("algorithm.kl_ctrl.type", default="fixed", note="fixed | adaptive")),
     ("algorithm.kl_ctrl.kl_coef", to("algorithm.kl_coef", as_float, default=0.001, note="KL-in-reward coefficient")),
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
     ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
-    ("algorithm.rollout_correction.rollout_is", custom(_rollout_is, "rollout.tis_cap", default=None,
+    ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "rollout.tis_cap", default=None,
                                                        note="token: truncated importance sampling at "
                                                             "rollout_is_threshold; sequence is refused")),
     ("algorithm.rollout_correction.rollout_is_threshold", reads("rollout.tis_cap with rollout_is=token",
@@ -824,32 +355,32 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.rollout_correction.loss_type", only("ppo_clip", why="bypass-mode losses")),
     ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
-    ("trainer.total_epochs", custom(_total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
+    ("trainer.total_epochs", custom(conv.total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
                                     default=30, phase=2, note="used when total_training_steps is null")),
-    ("trainer.total_training_steps", custom(_total_training_steps, "training.total_steps", default=None, phase=2)),
+    ("trainer.total_training_steps", custom(conv.total_training_steps, "training.total_steps", default=None, phase=2)),
     ("trainer.project_name", to("logging.project", default="verl_examples")),
     ("trainer.experiment_name", to("logging.run_name", default="gsm8k")),
-    ("trainer.logger", custom(_logger, "logging.backends (+ jsonl)", real_default=["console", "wandb"],
+    ("trainer.logger", custom(conv.logger, "logging.backends (+ jsonl)", real_default=["console", "wandb"],
                               note="console, wandb, tensorboard; not given: console; metrics.jsonl always")),
-    ("trainer.nnodes", custom(_placement, "distributed.nnodes", note="more than one device: distributed.backend=ray")),
-    ("trainer.n_gpus_per_node", custom(_placement, "distributed.devices_per_node", real_default=8,
+    ("trainer.nnodes", custom(conv.placement, "distributed.nnodes", note="more than one device: distributed.backend=ray")),
+    ("trainer.n_gpus_per_node", custom(conv.placement, "distributed.devices_per_node", real_default=8,
                                        note="not given: 1 (one process) here")),
-    ("trainer.device", custom(_device, "device", real_default="cuda", note="cuda | cpu; not given: auto here (the GPU "
+    ("trainer.device", custom(conv.device, "device", real_default="cuda", note="cuda | cpu; not given: auto here (the GPU "
                                                                         "when there is one)")),
-    ("trainer.save_freq", custom(_save_freq, "checkpoint.save_full_every (+ save_mode=full)", default=-1,
+    ("trainer.save_freq", custom(conv.save_freq, "checkpoint.save_full_every (+ save_mode=full)", default=-1,
                                  note="resumable checkpoints; -1 = none")),
-    ("trainer.resume_mode", custom(_resume_mode, "checkpoint.resume", default="auto",
+    ("trainer.resume_mode", custom(conv.resume_mode, "checkpoint.resume", default="auto",
                                    note="auto | disable (none + overwrite) | resume_path (trainer.resume_from_path)")),
     ("trainer.resume_from_path", reads("checkpoint.resume with resume_mode=resume_path", default=None)),
-    ("trainer.test_freq", custom(_test_freq, "training.val_every", default=-1, note="-1 = no validation")),
+    ("trainer.test_freq", custom(conv.test_freq, "training.val_every", default=-1, note="-1 = no validation")),
     ("trainer.val_before_train", ignored("validation runs at step 0 exactly when test_freq > 0")),
     ("trainer.val_only", only(False, why="validation-only runs")),
     ("trainer.critic_warmup", to("algorithm.critic_warmup", as_int, default=0)),
-    ("trainer.default_local_dir", custom(lambda v, c, k: {"checkpoint.save_dir": _path(v)}, "checkpoint.save_dir",
+    ("trainer.default_local_dir", custom(lambda v, c, k: {"checkpoint.save_dir": expand_path(v)}, "checkpoint.save_dir",
                                          default="checkpoints/${trainer.project_name}/${trainer.experiment_name}",
                                          note="the run folder (checkpoint layout differs)")),
     ("trainer.default_hdfs_dir", only(None, why="HDFS uploads")),
-    ("trainer.max_actor_ckpt_to_keep", custom(_keep_ckpts, "checkpoint.keep_last", default=None, phase=2,
+    ("trainer.max_actor_ckpt_to_keep", custom(conv.keep_ckpts, "checkpoint.keep_last", default=None, phase=2,
                                               note="null: keep all")),
     ("trainer.max_critic_ckpt_to_keep", ignored("one checkpoint holds actor and critic here")),
     ("trainer.del_local_ckpt_after_load", ignored("checkpoints are never deleted on load here")),
@@ -904,13 +435,3 @@ def lookup(key: str) -> Optional[tuple[str, RealKey]]:
         if group in TABLE:
             return group, TABLE[group]
     return None
-
-
-def largest_divisor_at_most(n: int, cap: int) -> int:
-    """The largest d <= cap dividing n (the default micro-batch: micro-batching does not change results)."""
-    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
-
-
-def steps_from_epochs(num_prompts: int, batch: int, epochs: int) -> int:
-    """Real verl's count: full batches per epoch (the dataloader drops the last partial one) x epochs."""
-    return math.floor(num_prompts / batch) * epochs

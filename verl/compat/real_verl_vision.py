@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 
-from verl.compat.real_verl import ACTOR, ARR, ROLLOUT, as_bool, as_int, ignored, refuse, to
+from verl.compat.real_keys import ACTOR, ARR, ROLLOUT, as_bool, as_int, ignored, refuse, to
 from verl.errors import ConfigError
 
 # real verl's processor arguments (data.mm_processor_kwargs) that have a home here

@@ -29,8 +29,8 @@ from typing import Any, Optional
 
 import yaml
 
-from verl.compat.real_verl import (ARR, MANUAL, NO_DEFAULT, REAL_SECTIONS, TABLE, RealKey, largest_divisor_at_most,
-                                   lookup, same_value, steps_from_epochs)
+from verl.compat.real_keys import ARR, MANUAL, NO_DEFAULT, RealKey, largest_divisor_at_most, same_value, steps_from_epochs
+from verl.compat.real_verl import REAL_SECTIONS, TABLE, lookup
 from verl.config import Config
 from verl.errors import ConfigError
 

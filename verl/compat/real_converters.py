@@ -1,0 +1,315 @@
+"""Converters of real verl keys that read other keys of the same command line (`ctx`): each is
+(value, ctx, key) -> {our_key: value}, refusing with one line a value that would change results and has no
+equivalent here. The rows of verl.compat.real_verl.TABLE name them (`custom(conv.adv_estimator, ...)`).
+"""
+
+from __future__ import annotations
+
+from verl.compat.real_keys import ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse, same_value
+from verl.errors import ConfigError
+
+# real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
+ESTIMATORS = {
+    "gae": ("ppo", "gae"), "grpo": ("grpo", "grpo"), "grpo_vectorized": ("grpo", "grpo"),
+    "rloo": ("rloo", "rloo"), "rloo_vectorized": ("rloo", "rloo"), "remax": ("remax", "remax"),
+    "reinforce_plus_plus": ("reinforce_pp", "reinforce_pp"),
+    "reinforce_plus_plus_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
+    "dr_grpo": ("dr_grpo", "dr_grpo"), "reinforce_pp": ("reinforce_pp", "reinforce_pp"),
+    "reinforce_pp_baseline": ("reinforce_pp_baseline", "reinforce_pp_baseline"),
+    "gpg": ("gpg", "gpg"), "opo": ("opo", "opo"), "gdpo": ("gdpo", "gdpo"),
+    "optimal_token_baseline": ("otb", "optimal_token_baseline"),
+}
+# real kl_loss_type / kl_penalty -> our kl_estimator (`full` and the straight-through "+" forms have none)
+KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
+              "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
+# loss modes whose real verl function ignores loss_agg_mode and averages per sequence
+SEQUENCE_MEAN_LOSS_MODES = ("sapo", "geo_mean")
+LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+          "fp32": "float32", "float32": "float32"}
+
+
+def adv_estimator(value, ctx, key):
+    preset, ours = pick(value, key, ESTIMATORS)
+    return {"algorithm.name": preset, "algorithm.adv_estimator": ours}
+
+
+def kl_loss_type(value, ctx, key):
+    est = pick(value, key, KL_TYPES)
+    # one kl_estimator here: the loss's when the KL is a loss term, or when it is used nowhere
+    if as_bool(ctx.get(f"{ACTOR}.use_kl_loss"), f"{ACTOR}.use_kl_loss") or not ctx.get("algorithm.use_kl_in_reward"):
+        return {"algorithm.kl_estimator": est}
+    return {}
+
+
+def kl_penalty(value, ctx, key):
+    est = pick(value, key, KL_TYPES)
+    if not as_bool(ctx.get("algorithm.use_kl_in_reward"), "algorithm.use_kl_in_reward"):
+        return {}
+    if ctx.get(f"{ACTOR}.use_kl_loss"):
+        loss_est = KL_TYPES.get(ctx.get(f"{ACTOR}.kl_loss_type"))
+        if loss_est != est:
+            raise ConfigError(f"{key}={value} differs from {ACTOR}.kl_loss_type={ctx.get(f'{ACTOR}.kl_loss_type')}: "
+                              f"with both KL in the reward and a KL loss, one estimator (algorithm.kl_estimator) "
+                              f"serves both here (see {MANUAL})")
+    return {"algorithm.kl_estimator": est}
+
+
+def loss_mode(value, ctx, key):
+    return {"algorithm.policy_loss": pick(value, key, LOSS_MODES)}
+
+
+def loss_agg_mode(value, ctx, key):
+    """Real verl's sapo and geo_mean losses ignore loss_agg_mode (seq-mean-token-mean always): so here."""
+    if ctx.get(f"{ACTOR}.policy_loss.loss_mode") in SEQUENCE_MEAN_LOSS_MODES:
+        return {"algorithm.loss_agg_mode": "seq-mean-token-mean"}
+    return {"algorithm.loss_agg_mode": value}
+
+
+def clip_bound(ours: str):
+    def convert(value, ctx, key):  # null -> clip_ratio, as real verl's actor reads it
+        bound = ctx.get(f"{ACTOR}.clip_ratio") if value is None else value
+        return {ours: as_float(bound, key)}
+
+    return convert
+
+
+def mini_batch(value, ctx, key):
+    prompts = as_int(value, key, low=1)
+    batch = as_int(ctx.get("data.train_batch_size"), "data.train_batch_size", low=1)
+    if batch % prompts:
+        raise ConfigError(f"{key}: {prompts} prompts do not divide data.train_batch_size {batch}")
+    n = as_int(ctx.get(f"{ROLLOUT}.n"), f"{ROLLOUT}.n", low=1)
+    return {"training.mini_batch_size": prompts * n}  # sequences per optimizer step
+
+
+def global_micro(value, ctx, key):
+    world = ctx.world_size()
+    micro = as_int(value, key, low=1)
+    if micro % world:
+        raise ConfigError(f"{key}: {micro} is not a multiple of the {world} devices (trainer.nnodes x n_gpus_per_node)")
+    return {"training.micro_batch_size": micro // world}
+
+
+def dynamic_bsz(value, ctx, key):
+    if not as_bool(value, key):
+        return {}
+    return {"training.max_tokens_per_micro_batch": as_int(ctx.get(f"{ACTOR}.ppo_max_token_len_per_gpu"),
+                                                          f"{ACTOR}.ppo_max_token_len_per_gpu", low=1)}
+
+
+def param_dtype(value, ctx, key):
+    return {"model.dtype": pick(value, key, DTYPES)}
+
+
+def scheduler(value, ctx, key):
+    return {"training.lr_scheduler": pick(value, key, {"constant": "constant", "cosine": "cosine"})}
+
+
+def warmup_steps(value, ctx, key):
+    steps = as_int(-1 if value is None else value, key)
+    if steps > 0:
+        return {"training.warmup_steps": steps}
+    return {}
+
+
+def warmup_ratio(value, ctx, key):
+    steps = ctx.get(f"{ACTOR}.optim.lr_warmup_steps")
+    if steps is not None and as_int(steps, f"{ACTOR}.optim.lr_warmup_steps") > 0:
+        return {}  # lr_warmup_steps wins, as in real verl
+    ratio = as_float(value, key)
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"{key}: must be in [0, 1], got {value}")
+    return {"training.warmup_steps": int(ratio * ctx.total_steps())}
+
+
+def critic_warmup(value, ctx, key):
+    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio."""
+    steps = ctx.get("critic.optim.lr_warmup_steps")
+    if steps is not None and as_int(steps, "critic.optim.lr_warmup_steps") > 0:
+        return {"training.critic_warmup_steps": as_int(steps, "critic.optim.lr_warmup_steps")}
+    ratio = ctx.get("critic.optim.lr_warmup_steps_ratio")
+    if ratio is None:
+        return {}
+    ratio = as_float(ratio, "critic.optim.lr_warmup_steps_ratio")
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"critic.optim.lr_warmup_steps_ratio: must be in [0, 1], got {ratio}")
+    return {"training.critic_warmup_steps": int(ratio * ctx.total_steps())}
+
+
+def rollout_is(value, ctx, key):
+    """Real verl's rollout correction: token-level weights min(pi / pi_rollout, threshold) are our
+    truncated importance sampling (rollout.tis_cap); null is off."""
+    if value is None:
+        return {}
+    if value != "token":
+        raise refuse(key, value, "sequence-level importance weights; 'token' (= rollout.tis_cap) or null is "
+                                 "accepted")
+    return {"rollout.tis_cap": as_float(ctx.get("algorithm.rollout_correction.rollout_is_threshold"),
+                                        "algorithm.rollout_correction.rollout_is_threshold")}
+
+
+def tis_cap(value, ctx, key):
+    cap = as_float(value, key)
+    return {"rollout.tis_cap": cap} if cap > 0 else {}
+
+
+def calculate_log_probs(value, ctx, key):
+    """true: the engine's log-probs on every step (real verl then logs their gap to the actor's);
+    false, real verl's default: here the stale-weights check still asks for them on every
+    rollout.logprob_check_every-th step (10)."""
+    return {"rollout.logprob_check_every": 1} if as_bool(value, key) else {}
+
+
+def rollout_name(value, ctx, key):
+    return {"rollout.name": pick(value, key, {"vllm": "vllm", "sglang": "sglang", "hf": "hf"})}
+
+
+def temperature(value, ctx, key):
+    if not as_bool(ctx.get(f"{ROLLOUT}.do_sample"), f"{ROLLOUT}.do_sample"):
+        return {"rollout.temperature": 0.0}  # greedy
+    return {"rollout.temperature": as_float(value, key)}
+
+
+def top_k(value, ctx, key):
+    k = as_int(value, key)
+    return {"rollout.top_k": 0 if k <= 0 else k}  # real: -1 (vLLM) or 0 (HF) = off; ours: 0
+
+
+def max_response(value, ctx, key):
+    if ctx.given(f"{ROLLOUT}.response_length"):
+        return {}  # the rollout's own length wins, as in real verl
+    return {"rollout.max_new_tokens": as_int(value, key, low=1)}
+
+
+def val_sampling(value, ctx, key):
+    """Validation here: the greedy answer (mean@1) always; sampled answers like real verl's when
+    do_sample is on (data.val_do_sample, with val_kwargs' temperature / top_p / top_k): mean@n."""
+    v = f"{ROLLOUT}.val_kwargs"
+    n = as_int(ctx.get(f"{v}.n"), f"{v}.n", low=1)
+    temperature = as_float(ctx.get(f"{v}.temperature"), f"{v}.temperature")
+    if not as_bool(value, key) or temperature == 0:
+        return {"data.val_n": 1}  # real verl's n greedy answers are one answer n times: mean@1 is their mean
+    top_k = as_int(ctx.get(f"{v}.top_k"), f"{v}.top_k")
+    return {"data.val_n": n, "data.val_do_sample": True, "data.val_temperature": temperature,
+            "data.val_top_p": as_float(ctx.get(f"{v}.top_p"), f"{v}.top_p"), "data.val_top_k": max(0, top_k)}
+
+
+# override_optimizer_config entries that change memory or speed, not the update (real verl's offload switches)
+OPTIMIZER_MEMORY_ONLY = ("foreach", "fused", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
+                         "use_precision_aware_optimizer", "optimizer_cpu_offload")
+
+
+def mapping(example: str):
+    """A value check for keys whose value is a mapping passed on as it is (null: none); `example` shows one."""
+    def convert(value, key: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r}: expected a mapping, e.g. {example}")
+        return dict(value)
+
+    return convert
+
+
+def override_optimizer(value, ctx, key):
+    for name in dict(value or {}):
+        if name not in OPTIMIZER_MEMORY_ONLY:
+            raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
+                         "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
+    return {}
+
+
+def gen_batch(value, ctx, key):
+    if value is None:
+        return {}
+    if not same_value(value, ctx.get("data.train_batch_size")):
+        raise refuse(key, value, f"generating more prompts than a step trains (data.train_batch_size="
+                                 f"{ctx.get('data.train_batch_size')}); here algorithm.dynamic_sampling.enable "
+                                 f"regenerates until the batch is full")
+    return {}
+
+
+def truncation(value, ctx, key):
+    if as_bool(ctx.get("data.filter_overlong_prompts"), "data.filter_overlong_prompts"):
+        return {"data.truncation": "filter"}
+    return {"data.truncation": pick(value, key, {"error": "error", "left": "left", "right": "right"})}
+
+
+def critic_path(value, ctx, key):
+    path = expand_path(value)
+    actor = ctx.get(f"{ARR}.model.path")
+    return {"critic.name": None if actor is not None and path == expand_path(actor) else path}
+
+
+def critic_enable(value, ctx, key):
+    if value is None:
+        return {}
+    gae = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1] == "gae"
+    if as_bool(value, key) != gae:
+        raise ConfigError(f"{key}={value}: here a critic is trained exactly when algorithm.adv_estimator is gae "
+                          f"(it is {ctx.get('algorithm.adv_estimator')}); leave {key} unset (see {MANUAL})")
+    return {}
+
+
+def total_epochs(value, ctx, key):
+    if ctx.get("trainer.total_training_steps") is not None:
+        return {}  # total_training_steps wins, as in real verl
+    as_int(value, key, low=1)
+    return {"training.total_steps": ctx.total_steps()}
+
+
+def total_training_steps(value, ctx, key):
+    if value is None:
+        return {}
+    return {"training.total_steps": as_int(value, key, low=1)}
+
+
+def logger(value, ctx, key):
+    names = value if isinstance(value, (list, tuple)) else [value]
+    backends = [pick(str(n), key, LOGGERS) for n in names]
+    return {"logging.backends": list(dict.fromkeys(backends + ["jsonl"]))}  # metrics.jsonl: the run's record
+
+
+def placement(value, ctx, key):
+    nnodes = as_int(ctx.get("trainer.nnodes") or 1, "trainer.nnodes", low=1)
+    per_node = as_int(ctx.get("trainer.n_gpus_per_node") or 1, "trainer.n_gpus_per_node", low=1)
+    if nnodes * per_node == 1:
+        return {"distributed.backend": "none"}
+    return {"distributed.backend": "ray", "distributed.nnodes": nnodes, "distributed.devices_per_node": per_node}
+
+
+def save_freq(value, ctx, key):
+    every = as_int(value, key)
+    if every <= 0:
+        return {}
+    return {"checkpoint.save_full_every": every, "checkpoint.save_mode": "full"}  # resumable, as real verl's
+
+
+def resume_mode(value, ctx, key):
+    if value == "auto":
+        return {"checkpoint.resume": "auto"}
+    if value == "disable":  # start over; an earlier run in the folder moves to previous_run_N/
+        return {"checkpoint.resume": "none", "checkpoint.overwrite": True}
+    if value == "resume_path":
+        path = ctx.get("trainer.resume_from_path")
+        if not path:
+            raise ConfigError(f"{key}=resume_path needs trainer.resume_from_path")
+        return {"checkpoint.resume": expand_path(path)}
+    raise ConfigError(f"{key}: '{value}' is not one of auto, disable, resume_path")
+
+
+def test_freq(value, ctx, key):
+    every = as_int(value, key)
+    return {"training.val_every": every if every > 0 else 0}
+
+
+def keep_ckpts(value, ctx, key):
+    if value is None:  # real verl keeps them all: as many as the run can write
+        return {"checkpoint.keep_last": max(1, ctx.total_steps())}
+    return {"checkpoint.keep_last": as_int(value, key, low=1)}
+
+
+def device(value, ctx, key):
+    return {"device": pick(value, key, {"cuda": "cuda", "cpu": "cpu", "auto": "auto"})}
