@@ -34,6 +34,23 @@ def test_register_adds_exactly_the_missing_names_and_each_refuses_in_one_line():
             getattr(module, name)(object())
 
 
+def test_a_module_that_fails_to_import_leaves_vllm_running(monkeypatch, caplog):
+    """vLLM calls general plugins without a guard: register() must not raise for a module that breaks on import."""
+    monkeypatch.setattr(vllm_transformers, "MISSING_NAMES", {"verl_test_no_such_module": ("x",),
+                                                             "json.tool_broken": ("y",)})
+
+    def broken(name):
+        if name == "json.tool_broken":
+            raise RuntimeError("CUDA driver too old")
+        raise ImportError(name)
+
+    monkeypatch.setattr(vllm_transformers.importlib, "import_module", broken)
+    with caplog.at_level("WARNING"):
+        assert vllm_transformers.register() == []
+    assert "json.tool_broken does not import (RuntimeError: CUDA driver too old)" in caplog.text
+    assert "verl_test_no_such_module" not in caplog.text  # a missing family is not worth a line
+
+
 def test_vllm_loads_the_plugin_in_a_child_process_as_its_registry_does():
     """vLLM inspects an architecture in `python -m vllm.model_executor.models.registry`, which calls
     load_general_plugins() first: the entry point from pyproject.toml (written by pip install) must make

@@ -16,12 +16,14 @@ the name.
 vLLM checks a model's architecture in a child process (`python -m vllm.model_executor.models.registry`,
 which loads vLLM's general plugins first): pyproject.toml declares `register` as the entry point
 `vllm.general_plugins: verl_transformers_names`, which pip writes on install; verl.rollout.vllm_rollout's
-`import_vllm` also calls it in the engine's own process.
+`import_vllm` also calls it in the engine's own process. vLLM calls general plugins without a guard, so
+`register` never raises: a module that breaks on import gets one warning line and no stand-ins.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 
 # module -> names an older vLLM imports from it that newer transformers no longer has
 MISSING_NAMES = {
@@ -48,6 +50,11 @@ def register() -> list[str]:
         try:
             module = importlib.import_module(module_name)
         except ImportError:  # a transformers without the model family: nothing of it to stand in for
+            continue
+        except Exception as exc:  # noqa: BLE001 - vLLM calls plugins unguarded: a failure here would stop every
+            # engine start, text models included; the model family that needs the module fails on its own import
+            logging.getLogger(__name__).warning("verl: %s does not import (%s: %s); no stand-ins set for it",
+                                                module_name, type(exc).__name__, exc)
             continue
         for name in names:
             if not hasattr(module, name):
