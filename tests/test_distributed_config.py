@@ -12,6 +12,9 @@ def test_distributed_keys_are_checked(tmp_path):
                                                          "distributed.devices_per_node": 2}))
     d = cfg.distributed
     assert (d.rollout, d.colocate_critic, d.colocate_reward, d.weight_bucket_mb) == ("auto", True, True, 512.0)
+    # the optimal token baseline runs on Ray (its sum_v pi^2 comes back from the actor ranks: test_distributed_ray.py)
+    otb = load_config(None, small_overrides(tmp_path, **{"distributed.backend": "ray", "algorithm.name": "otb"}))
+    assert otb.algorithm.adv_estimator == "optimal_token_baseline"
     with pytest.raises(ConfigError, match="distributed.backend"):
         load_config(None, small_overrides(tmp_path, **{"distributed.backend": "mpi"}))
     with pytest.raises(ConfigError, match="distributed.rollout"):

@@ -123,6 +123,38 @@ def test_two_fsdp_workers_match_the_single_process_run(runs):
         assert torch.equal(loaded[name], value), name
 
 
+def test_optimal_token_baseline_inputs_from_the_ranks_match_the_single_process(runs):
+    """The optimal token baseline's pi_old pass on Ray: each actor rank returns log pi, entropy and sum_v pi(v)^2
+    for its rows, gathered back in row order, equal (float noise) to the single process's on the same batch; and
+    the group's compute_old_log_probs fills batch.sum_pi_squared when the estimator reads it."""
+    import copy
+    import dataclasses
+
+    single, dp = runs["single"], runs["dp"]
+    batch = copy.copy(dp._last_batch)
+    lp, ent, sq = dp.actor.compute_log_probs_and_sum_pi_squared(batch)
+    lp1, ent1, sq1 = single.actor.compute_log_probs_and_sum_pi_squared(batch)
+    mask = batch.response_mask.bool()
+    assert sq.shape == lp.shape == mask.shape
+    for ours, theirs in ((lp, lp1), (ent, ent1), (sq, sq1)):  # weights equal up to float noise (test above)
+        assert torch.allclose(ours[mask], theirs[mask], rtol=1e-3, atol=1e-4)
+    # sum_v pi(v)^2 is a sum of squares of a distribution: in (0, 1], and at least the sampled token's pi^2
+    assert (sq[mask] > 0).all() and (sq[mask] <= 1 + 1e-6).all()
+    assert (sq[mask] >= lp[mask].exp() ** 2 - 1e-6).all()
+
+    cfg = dp.actor.config
+    dp.actor.config = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm,
+                                                                             adv_estimator="optimal_token_baseline"))
+    try:
+        target = copy.copy(batch)
+        target.sum_pi_squared = None
+        dp.actor.compute_old_log_probs(target, may_defer=False)
+        assert torch.allclose(target.sum_pi_squared, sq, rtol=1e-6, atol=1e-7)  # the same pass again
+        assert torch.allclose(target.old_log_probs, lp, rtol=1e-6, atol=1e-7)
+    finally:
+        dp.actor.config = cfg
+
+
 def test_sharded_full_checkpoint_resumes_exactly(runs):
     from verl.distributed.checkpoint import restore_full_state, write_full_state
     from verl.checkpoint.manager import CheckpointManager

@@ -94,9 +94,6 @@ def _check_ray(cfg) -> None:
         if on:
             raise ConfigError(f"{key_name}: not supported with distributed.backend: ray yet (FSDP shards the "
                               "weights and optimizer instead); turn it off or use distributed.backend: none")
-    if cfg.algorithm.adv_estimator == "optimal_token_baseline":
-        raise ConfigError("algorithm.adv_estimator: optimal_token_baseline needs sum_v pi^2 from the actor's log-prob "
-                          "pass, which the Ray actor ranks do not return yet; use distributed.backend: none")
     if d.rollout == "workers" and cfg.rollout.name != "vllm":
         raise ConfigError("distributed.rollout: 'workers' runs one vLLM engine per replica; set rollout.name: vllm "
                           "(or distributed.rollout: driver)")

@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 
+from verl.algorithms.advantages import ESTIMATORS
 from verl.batch import Batch
 from verl.distributed import dispatch
 from verl.distributed.worker_group import WorkerGroup
@@ -151,9 +152,16 @@ class ActorGroup(_TrainableRole):
         would have to come back to the driver; the separate pass runs instead."""
         return False
 
+    def compute_log_probs_and_sum_pi_squared(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._split_call("compute_log_probs_and_sum_pi_squared", batch)
+
     def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> None:
-        """batch.old_log_probs and self.last_entropy, (B, R), as `Actor.compute_old_log_probs`."""
-        batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
+        """batch.old_log_probs and self.last_entropy, (B, R), as `Actor.compute_old_log_probs`; with the
+        optimal token baseline also batch.sum_pi_squared (B, R), each rank's rows gathered back."""
+        if ESTIMATORS[self.config.algorithm.adv_estimator].needs_sum_pi_squared:
+            batch.old_log_probs, self.last_entropy, batch.sum_pi_squared = self.compute_log_probs_and_sum_pi_squared(batch)
+        else:
+            batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
 
     def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
         """Stream the gathered weights, bucket by bucket, into rollout replicas."""

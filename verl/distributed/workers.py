@@ -189,6 +189,9 @@ class ActorWorker(TrainableWorker):
     def compute_log_probs(self, batch: Batch):
         return self.role.compute_log_probs(batch)
 
+    def compute_log_probs_and_sum_pi_squared(self, batch: Batch):
+        return self.role.compute_log_probs_and_sum_pi_squared(batch)
+
     def weight_buckets_to(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
         """Gather the full weights bucket by bucket (every rank takes part) and, on the ranks
         in `leaders`, stream each bucket to the matching rollout replica."""

@@ -162,6 +162,12 @@ class Actor(TrainingState):
         return logp, ent
 
     @torch.no_grad()
+    def compute_log_probs_and_sum_pi_squared(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, sum_v pi(v)^2), each (B, R) on CPU: the pi_old pass of the optimal token baseline
+        (a Ray actor rank answers it for its rows)."""
+        return self._log_prob_pass(batch, with_sum_pi_squared=True)
+
+    @torch.no_grad()
     def _log_prob_pass(self, batch: Batch, with_sum_pi_squared: bool):
         """(log_probs, entropy, sum_v pi(v)^2 or None), each (B, R) on CPU, micro-batch by micro-batch."""
         columns: list = [[], [], []]
@@ -188,10 +194,10 @@ class Actor(TrainingState):
         if self.defers_old_log_probs(batch, may_defer):
             batch.old_log_probs = self.last_entropy = None
             return
-        wants_sq = ESTIMATORS[self.algorithm.adv_estimator].needs_sum_pi_squared  # the optimal token baseline
-        batch.old_log_probs, self.last_entropy, sq = self._log_prob_pass(batch, with_sum_pi_squared=wants_sq)
-        if wants_sq:
-            batch.sum_pi_squared = sq
+        if ESTIMATORS[self.algorithm.adv_estimator].needs_sum_pi_squared:  # the optimal token baseline
+            batch.old_log_probs, self.last_entropy, batch.sum_pi_squared = self.compute_log_probs_and_sum_pi_squared(batch)
+        else:
+            batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
 
     def _one_step_per_batch(self, batch: Batch) -> bool:
         return self.training.num_epochs == 1 and self.training.mini_batch_size >= len(batch)
