@@ -5,7 +5,8 @@ equivalent here. The rows of verl.compat.real_verl.TABLE name them (`custom(conv
 
 from __future__ import annotations
 
-from verl.compat.real_keys import ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse, same_value
+from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
+                                   same_value)
 from verl.errors import ConfigError
 
 # real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too

@@ -28,10 +28,10 @@ from typing import Optional
 
 import torch
 
-from verl.algorithms.advantages import ESTIMATORS
 from verl.batch import Batch
 from verl.distributed import dispatch
 from verl.distributed.worker_group import WorkerGroup
+from verl.workers.actor import fill_pi_old
 from verl.workers.micro_batches import MicroBatching
 
 
@@ -158,10 +158,7 @@ class ActorGroup(_TrainableRole):
     def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> None:
         """batch.old_log_probs and self.last_entropy, (B, R), as `Actor.compute_old_log_probs`; with the
         optimal token baseline also batch.sum_pi_squared (B, R), each rank's rows gathered back."""
-        if ESTIMATORS[self.config.algorithm.adv_estimator].needs_sum_pi_squared:
-            batch.old_log_probs, self.last_entropy, batch.sum_pi_squared = self.compute_log_probs_and_sum_pi_squared(batch)
-        else:
-            batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
+        fill_pi_old(self, batch, self.config.algorithm.adv_estimator)
 
     def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
         """Stream the gathered weights, bucket by bucket, into rollout replicas."""

@@ -194,10 +194,7 @@ class Actor(TrainingState):
         if self.defers_old_log_probs(batch, may_defer):
             batch.old_log_probs = self.last_entropy = None
             return
-        if ESTIMATORS[self.algorithm.adv_estimator].needs_sum_pi_squared:  # the optimal token baseline
-            batch.old_log_probs, self.last_entropy, batch.sum_pi_squared = self.compute_log_probs_and_sum_pi_squared(batch)
-        else:
-            batch.old_log_probs, self.last_entropy = self.compute_log_probs(batch)
+        fill_pi_old(self, batch, self.algorithm.adv_estimator)
 
     def _one_step_per_batch(self, batch: Batch) -> bool:
         return self.training.num_epochs == 1 and self.training.mini_batch_size >= len(batch)
@@ -295,3 +292,13 @@ class Actor(TrainingState):
             sums["actor/kl_loss"] = kl_term.detach()
         pg_metrics.update({f"is_{k}": v for k, v in is_stats.items()})
         return loss, sums, {f"actor/{k}": v for k, v in pg_metrics.items()}
+
+
+def fill_pi_old(role, batch: Batch, adv_estimator: str) -> None:
+    """The no-grad pi_old pass of `role` (an Actor, or verl.distributed's ActorGroup over its ranks): sets
+    batch.old_log_probs and role.last_entropy, (B, R), and batch.sum_pi_squared (B, R) where the advantage
+    estimator reads it (the optimal token baseline)."""
+    if ESTIMATORS[adv_estimator].needs_sum_pi_squared:
+        batch.old_log_probs, role.last_entropy, batch.sum_pi_squared = role.compute_log_probs_and_sum_pi_squared(batch)
+    else:
+        batch.old_log_probs, role.last_entropy = role.compute_log_probs(batch)
