@@ -161,10 +161,11 @@
 # Seen on 2026-12-03 11:11-11:26 (session 14, 0216c37, machine start 1 of #40): a 88 s start, staging 7 parts ~30 s,
 # install + versions ~40 s, e2e-b-ll 411 s (1.88x), e2e-c-ll 366 s (1.25x), back to back on one held machine. Left for #40:
 # e2e-a-ll; machine start 2 of e2e-b-ll / e2e-c-ll (E2E_TAG=_run2, then merge); real verl at (b) and (c) (sessions 3-4 above).
-# Seen on 2026-12-03/04 (session 15, three machine starts): staging 7 + 2 parts ~50 s, install ~45, versions 24, vl-tests
-# 288 s (7 of 8 passed: LLaVA's vLLM check failed on transformers 5.17's dropped Pixtral names), cuda-tests 150 (39 passed);
-# after the plugin (verl/rollout/vllm_transformers_names.py, then in verl/compat): VL_K=llava vl-tests-k 177 (passed), fetch 56, VL_MINUTES=4 vl-recipe 391 (25% -> 100%
-# held-out at step 70, collapsed to 25% after step 170), E2E_TAG=_run2 e2e-b-ll 465 (2.02x; merged with session 14's: 1.95x).
+# Seen on 2026-12-03/04 (session 15, three machine starts): staging 7 + 2 parts ~50 s, install ~45, versions 24,
+# vl-tests 288 s (7 of 8 passed: LLaVA's vLLM check failed on transformers 5.17's dropped Pixtral names), cuda-tests
+# 150 (39 passed); after the plugin (verl/rollout/vllm_transformers_names.py, then in verl/compat): VL_K=llava
+# vl-tests-k 177 (passed), fetch 56, VL_MINUTES=4 vl-recipe 391 (25% -> 100% held-out at step 70, collapsed to 25%
+# after step 170), E2E_TAG=_run2 e2e-b-ll 465 (2.02x; merged with session 14's: 1.95x).
 # Left for #40: e2e-a-ll; e2e-c-ll run 2; real verl at (b) and (c) (sessions 3-4 above). For #44: vl-recipe with the
 # recipe's 150-step stop (~330 s with the fetch).
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).

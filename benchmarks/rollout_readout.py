@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 import common
+from synthetic_tokenizer import synthetic_tokenizer
 from verl.batch import Batch
 from verl.rollout.base import assemble_rollout
 from verl.rollout.sglang_rollout import response_of
@@ -136,7 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", type=int, default=0,
                     help="processes spinning on a core each while it measures (an engine's busy scheduler)")
     args = ap.parse_args(argv)
-    tok = common.synthetic_tokenizer(49152)  # SmolLM2's vocabulary size, like random:smollm2
+    tok = synthetic_tokenizer(49152)  # SmolLM2's vocabulary size, like random:smollm2
     rows = []
     neighbours = busy_neighbours(args.busy)
     try:

@@ -46,7 +46,7 @@ def test_the_torch_ops_baseline_builds_the_same_tensors_as_assemble_rollout():
     from verl.batch import Batch
     from verl.rollout.base import assemble_rollout
 
-    tok = rollout_readout.common.synthetic_tokenizer(1000)
+    tok = rollout_readout.synthetic_tokenizer(1000)
     responses, log_probs = [[5, 6, 7], [8]], [[-0.5, -0.25, -1.0], [-2.0]]
     prompts = Batch(input_ids=torch.tensor([[0, 3], [4, 9]]), attention_mask=torch.tensor([[0, 1], [1, 1]]))
     ids, pos, logp, mask, _ = rollout_readout.assemble_with_torch_ops(prompts, responses, log_probs, tok)

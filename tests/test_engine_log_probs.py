@@ -17,7 +17,7 @@ from verl.trainer.step_sampling import StepSampling
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import common  # noqa: E402  (benchmarks/common.py: a synthetic tokenizer, no download)
+from synthetic_tokenizer import synthetic_tokenizer  # noqa: E402  (benchmarks/: offline, no download)
 
 
 def _asked(overrides: list[str], steps: list[int]) -> list[bool]:
@@ -46,7 +46,7 @@ def test_every_step_where_the_loss_reads_them(extra):
 
 
 def test_a_batch_without_engine_log_probs():
-    tok = common.synthetic_tokenizer(1000)
+    tok = synthetic_tokenizer(1000)
     prompts = Batch(input_ids=torch.tensor([[0, 3], [4, 9]]), attention_mask=torch.tensor([[0, 1], [1, 1]]))
     batch = assemble_rollout(prompts, [[5, 6, 7], [8]], None, tok, 8, finished=[False, False])
     assert batch.rollout_log_probs is None
