@@ -39,8 +39,9 @@ Systems:
     real-verl        the real verl (PyPI `verl` 0.9.1 by volcengine, not this repository) on the same work
                      through its own CLI, `python3 -m verl.trainer.main_ppo` + Hydra overrides
                      (`real_verl_overrides`, benchmarks/e2e_real_verl.py): vLLM 0.24.0 rollout (async server,
-                     CUDA graphs, ignore_eos, no engine sleep), FSDP actor with one dynamic micro-batch of a step's tokens, no reference
-                     model. Its packages (130 wheels, 988 MiB, Python 3.12: verl[vllm]==0.9.1 with vllm 0.24.0,
+                     CUDA graphs, ignore_eos; no engine sleep at (a), asleep during the update with
+                     --real-verl-token-budget, works (b)/(c)), FSDP actor with one dynamic micro-batch of a step's tokens
+                     (or of the budget's), no reference model. Its packages (130 wheels, 988 MiB, Python 3.12: verl[vllm]==0.9.1 with vllm 0.24.0,
                      transformers 5.9.0, ray 2.60.0, transferqueue, hydra-core 1.3.8; staged in
                      .gpuwheels-realverl, installed by benchmarks/h200_run.sh realverl-install) live in their own
                      folder, --real-verl-pythonpath, which is the ONLY entry of that process's PYTHONPATH (its

@@ -35,6 +35,8 @@
 #               kernels)  real verl alone at work (b) / (c), one dynamic micro-batch of E2E_REAL_BUDGET_B (16384) /
 #               E2E_REAL_BUDGET_C (8192) tokens (a whole step does not fit without checkpointing); its verl-vllm row
 #               is e2e-b(-ll)'s on the same machine start: `python3 benchmarks/e2e_report.py merge` the two JSONs.
+#               E2E_REAL_TIMEOUT: its per-system limit (default 530 s; with the wheels installed in an earlier call,
+#               BUDGET_S=598 E2E_REAL_TIMEOUT=550 gives it the most one device call allows: its start-up was ~300 s at (a))
 #               e2e-a-real-ll: real verl's expert settings beside verl-vllm like-for-like at (a)
 #   agent-demo  (the model's wheel parts in /root/mp) examples/agent_calculator.yaml for AGENT_MINUTES (default 6) on
 #               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
@@ -385,7 +387,7 @@ print(info)" ;;
                    W_ARGS=$WORK_B; BUDGET_T=${E2E_REAL_BUDGET_B:-16384}
                    [ "${s:4:1}" = c ] && { W_ARGS=$WORK_C; BUDGET_T=${E2E_REAL_BUDGET_C:-8192}; }
                    MODE=defaults; [ "${s%-ll}" != "$s" ] && MODE=like-for-like
-                   e2e_run "$s" 540 530 --systems real-verl --work $MODE $W_ARGS --real-verl-pythonpath /tmp/realverl \
+                   e2e_run "$s" $(( ${E2E_REAL_TIMEOUT:-530} + 10 )) ${E2E_REAL_TIMEOUT:-530} --systems real-verl --work $MODE $W_ARGS --real-verl-pythonpath /tmp/realverl \
                    --real-verl-token-budget $BUDGET_T ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         e2e-a-real-ll) e2e_run e2e-a-real-ll 300 420 --systems real-verl verl-vllm --work like-for-like $WORK_A \
                    --real-verl-pythonpath /tmp/realverl ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;

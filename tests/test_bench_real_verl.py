@@ -137,6 +137,10 @@ def test_token_budget():
     assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384" in line
     assert sum(o.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for o in line) == 1
     assert "micro-batches of 16384 tokens" in e2e_real_verl.real_verl_notes(_args("--real-verl-token-budget", "16384"))
+    # with a budget (works (b)/(c)) the engine sleeps through the update, as ours does there; without, it stays awake
+    assert "actor_rollout_ref.rollout.free_cache_engine=True" in line
+    assert "asleep during the update" in e2e_real_verl.real_verl_notes(_args("--real-verl-token-budget", "16384"))
+    assert "no engine sleep" in e2e_real_verl.real_verl_notes(_args())
     assert "one dynamic micro-batch per step" in e2e_real_verl.real_verl_notes(_args())
     with pytest.raises(ValueError, match="less than one sequence"):  # 48 + 128 tokens
         e2e_real_verl.real_verl_overrides(_args("--real-verl-token-budget", "100"), "/m", "/d", "/d/r.py", 40)
