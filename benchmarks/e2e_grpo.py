@@ -327,7 +327,8 @@ def _report(args, info, rows, quiet=False):
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
              + (f"; {real_verl_notes(args)}" if "real-verl" in args.systems else "") + ".\n\n"
-             + e2e_report.caption_notes(rows))
+             + e2e_report.caption_notes(rows) + "\n\n" + e2e_report.stage_profile(rows, floor_s=e2e_report.run_floor_s(
+                 vars(args), info.get("peak_bf16_tflops"), next((r for r in rows if r["system"] == "verl-vllm"), None))))
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
 

@@ -102,6 +102,61 @@ def caption_notes(rows: list[dict]) -> str:
     return "What each row computed:\n\n" + "\n".join(lines)
 
 
+def profile_stages(row: dict) -> dict:
+    """A row's step in three parts every system reports alike (seconds, medians): generation (rollout_s), weight
+    sync (sync_s) and the rest of the step (the update with rewards, advantages, engine sleep/wake and bookkeeping:
+    TRL times those together, as its 'rest')."""
+    gen, sync = row.get("rollout_s") or 0.0, row.get("sync_s") or 0.0
+    return {"generation": gen, "weight sync": sync, "update and the rest": round(row["step_s"] - gen - sync, 3)}
+
+
+def update_floor_s(cfg, n_seqs: int, tokens_per_step: float, resp_len: int, peak_flops: float,
+                   lora: bool = False) -> float:
+    """Seconds the update's useful compute takes at the GPU's peak bf16 rate (100% MFU): common.train_flops's
+    forward over n_seqs sequences of the step's mean length (tokens_per_step / n_seqs, resp_len of them
+    response), times 3 for full fine-tuning (forward, input and weight gradients) or 2 with LoRA (the frozen
+    weights get no gradient; the adapters' own FLOPs are negligible), over peak_flops."""
+    seq = tokens_per_step / n_seqs
+    fwd = common.train_flops(cfg, [seq] * n_seqs, [resp_len] * n_seqs, backward=False)
+    return fwd * (2 if lora else 3) / peak_flops
+
+
+def run_floor_s(args: dict, peak_tflops, row: dict):
+    """update_floor_s for a result's args (e2e_grpo's) and our row; None where the GPU's peak is unknown."""
+    if not peak_tflops or not row or not row.get("tokens_per_step"):
+        return None
+    return update_floor_s(common.hf_config(args["arch"]), args["prompts"] * args["group"], row["tokens_per_step"],
+                          args["max_new_tokens"], peak_tflops * 1e12, lora=bool(args.get("lora_rank")))
+
+
+def stage_profile(rows: list[dict], ours: str = "verl-vllm", floor_s=None) -> str:
+    """Issue #40 item 5: for each work mode, our row's stages (profile_stages) beside each peer's, the stages
+    where ours is behind, and the ceiling: the step-time ratio ours would reach if everything but its generation
+    took no time, peer step_s / our rollout_s. Both sides drive the same vLLM in these works, so a goal above
+    the ceiling cannot be met by faster training code; the line says so instead of leaving a missed ratio
+    unexplained. floor_s (update_floor_s, optional): our update at 100% MFU; then also the best ratio with
+    that update and nothing else besides the generation, and our update's share of the peak rate."""
+    lines = []
+    for work in sorted({r.get("work", "defaults") for r in rows}):
+        same = [r for r in rows if r.get("work", "defaults") == work and r.get("step_s") is not None]
+        mine = next((r for r in same if r["system"] == ours), None)
+        if mine is None or not mine.get("rollout_s"):
+            continue
+        for peer in (r for r in same if r is not mine and r.get("rollout_s")):
+            a, b = profile_stages(mine), profile_stages(peer)
+            behind = [k for k in a if a[k] > b[k]]
+            lines.append(f"- {work}, {ours} vs {peer['system']} (s a step, ours first): "
+                         + "; ".join(f"{k} {a[k]:.2f} vs {b[k]:.2f}" for k in a)
+                         + f"; step {mine['step_s']:.2f} vs {peer['step_s']:.2f}. Behind in: "
+                         + (", ".join(behind) or "no stage")
+                         + f". Ceiling (ours with only its generation left): {peer['step_s'] / mine['rollout_s']:.2f}x"
+                         + (f"; with its update at the GPU's peak bf16 rate ({floor_s:.2f} s; ours runs at "
+                            f"{100 * floor_s / mine['update_s']:.0f}% of it) and no sync: "
+                            f"{peer['step_s'] / (mine['rollout_s'] + floor_s):.2f}x"
+                            if floor_s and mine.get("update_s") else ""))
+    return ("Stage profile:\n\n" + "\n".join(lines)) if lines else ""
+
+
 def merge_rows(results: list[dict]) -> list[dict]:
     """Rows of several result JSONs (each {"rows": [...]}, one per machine start) by (system, work): step_s the
     median of the runs' medians, runs_min_s / runs_max_s their spread, step_min_s / step_max_s the extremes
@@ -148,11 +203,13 @@ def merge_main(argv=None) -> list[dict]:
     machines = [r.get("machine", {}) for r in results]
     info = dict(machines[0], date=" / ".join(str(m.get("date")) for m in machines),
                 command="python benchmarks/e2e_report.py merge " + " ".join(args.results))
+    ours = next((r for r in rows if r["system"] == "verl-vllm"), None)
+    floor = run_floor_s(results[0]["args"], machines[0].get("peak_bf16_tflops"), ours) if "args" in results[0] else None
     notes = (f"Merged from {len(results)} runs ({', '.join(args.results)}): step_s = median of the runs' median "
              f"steps; runs_min_s-runs_max_s = the spread of those medians; step_min_s-step_max_s = of every timed "
              f"step; ratios within one work mode.")
     common.write_results(args.out, "e2e_grpo_merged", info, rows, table_columns(rows),
-                         notes=notes + "\n\n" + caption_notes(rows),
+                         notes=notes + "\n\n" + caption_notes(rows) + "\n\n" + stage_profile(rows, floor_s=floor),
                          extra=dict(sources=args.results))
     return rows
 

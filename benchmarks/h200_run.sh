@@ -170,6 +170,15 @@
 # after step 170), E2E_TAG=_run2 e2e-b-ll 465 (2.02x; merged with session 14's: 1.95x).
 # Left for #40: e2e-a-ll; e2e-c-ll run 2; real verl at (b) and (c) (sessions 3-4 above). For #44: vl-recipe with the
 # recipe's 150-step stop (~330 s with the fetch).
+# Seen on 2026-12-04 03:00-03:33 (session 16, e64c09d, one machine start, 1,702 s): start 85 s, staging .gpuwheels 7 parts
+# ~40 s, .gpuwheels-realverl 20 parts ~125 s, install + realverl-install + versions 91, e2e-b-ll 369 (TRL with detokenize
+# off: 1.32x), BUDGET_S=592 E2E_REAL_TIMEOUT=545 e2e-b-real-ll 545 (real verl 24.4 s/step; its process 527 s for 6 steps),
+# e2e-c-ll 383 (1.08x). Left for #40 (the plan of the next two sessions):
+#   session 17 (one machine): stage both wheel sets + install (~340 s with the start); e2e-c-real-ll (595, BUDGET_S=592
+#             E2E_REAL_TIMEOUT=545), then E2E_TAG=_run2 e2e-c-ll (385) on the same machine (its verl row beside real
+#             verl's, and (c)'s second machine start), then E2E_TAG=_run2 e2e-b-ll (370) if ~400 s are left
+#   session 18: e2e-a-ll twice (two machine starts, ~250 s each plus staging), e2e-b-real-ll run 2, e2e-c-ll-compile;
+#             then merge each pair (benchmarks/e2e_report.py merge A.json B.json --out DIR)
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).

@@ -174,6 +174,35 @@ def test_merge_two_runs(tmp_path):
     assert "verl-vllm (like-for-like): c" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
 
 
+def test_update_floor_from_hand_counted_flops():
+    from types import SimpleNamespace
+
+    # hidden 4, 2 query heads of width 2, 1 KV head, MLP 8, 1 layer, vocab 10 (common.flop_terms):
+    #   layer = q 4*2*2 + k,v 2*4*1*2 + o 2*2*4 + mlp 3*4*8 = 16 + 16 + 16 + 96 = 144; head = 4*10 = 40; attn width 4
+    # 2 sequences of 3 tokens (6 tokens a step), 2 of them response each:
+    #   forward = 2*144*6 + 2*40*4 + 2 * (2*4*3*4) = 1728 + 320 + 192 = 2240 FLOPs
+    cfg = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=1, head_dim=2,
+                          intermediate_size=8, num_hidden_layers=1, vocab_size=10)
+    assert e2e_report.update_floor_s(cfg, 2, 6, 2, peak_flops=1e3) == pytest.approx(6.72)  # 3 x 2240 / 1000
+    assert e2e_report.update_floor_s(cfg, 2, 6, 2, peak_flops=1e3, lora=True) == pytest.approx(4.48)  # 2 x
+
+
+def test_stage_profile_names_the_stage_behind_and_the_ceiling():
+    rows = [dict(system="verl-vllm", work=LL, step_s=8.0, rollout_s=4.0, sync_s=0.5, update_s=3.0),
+            dict(system="trl-vllm", work=LL, step_s=10.0, rollout_s=5.0, sync_s=0.1, update_s=4.9),
+            dict(system="verl-vllm", work="defaults", step_s=2.0),  # no rollout_s: no line
+            dict(system="real-verl", work=LL, error="timeout")]  # no step: not a peer
+    text = e2e_report.stage_profile(rows, floor_s=1.0)
+    line = next(ln for ln in text.splitlines() if ln.startswith("- "))
+    # the rest of the step: 8 - 4 - 0.5 = 3.5 against 10 - 5 - 0.1 = 4.9; only the sync is slower on our side
+    assert "generation 4.00 vs 5.00; weight sync 0.50 vs 0.10; update and the rest 3.50 vs 4.90" in line
+    assert "Behind in: weight sync." in line
+    # ceiling 10 / 4 = 2.5x; with an update of 1 s at the peak rate (ours 3 s: 33%): 10 / (4 + 1) = 2.0x
+    assert "2.50x" in line and "ours runs at 33% of it" in line and line.endswith("2.00x")
+    assert len([ln for ln in text.splitlines() if ln.startswith("- ")]) == 1
+    assert e2e_report.stage_profile(rows[2:]) == ""
+
+
 class _Params:
     def __init__(self, **kw):
         self.__dict__.update(n=1, logprobs=0, max_tokens=8, **kw)
@@ -205,9 +234,17 @@ def test_generation_probe_replays_the_exact_call():
         assert llm.generate(prompts, sampling_params=params, use_tqdm=False) == ["out"] * 6
     assert len(rec.seconds) == 3 and rec.calls[1]["sampling_params"] is params
     replays = probe.replay(rec, group=2, repeats=2)
-    # same, no log-probs, flat log-prob lists, no detokenizing, n=group
+    # same, no log-probs, flat log-prob lists, no detokenizing, detokenizing, n=group
     assert llm.calls[3:] == ([(6, 1, 0, False, True)] * 2 + [(6, 1, None, False, True)] * 2
-                             + [(6, 1, 0, True, True)] * 2 + [(6, 1, 0, False, False)] * 2 + [(3, 2, 0, False, True)] * 2)
+                             + [(6, 1, 0, True, True)] * 2 + [(6, 1, 0, False, False)] * 2
+                             + [(6, 1, 0, False, True)] * 2 + [(3, 2, 0, False, True)] * 2)
+    assert set(replays) >= {"replay_detokenize_on_s", "replay_no_detokenize_s"}
+    # TRL's like-for-like call already has detokenize off: the same-params replay keeps it off, the on-variant not
+    llm_off = _Engine()
+    rec_off = probe.EngineCallRecorder(llm_off)
+    llm_off.generate(prompts, sampling_params=_Params(detokenize=False), use_tqdm=False)
+    probe.replay(rec_off, group=2, repeats=1)
+    assert [c[4] for c in llm_off.calls[1:]] == [False, False, False, False, True, False]
     assert params.logprobs == 0 and params.n == 1  # the variants were clones: TRL's own object is untouched
     assert not hasattr(params, "flat_logprobs") and not hasattr(params, "detokenize")
     assert len(rec.seconds) == 3  # the replays are not counted as TRL's calls
