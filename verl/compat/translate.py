@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
-import math
 import os
 import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import yaml
-
+from verl.compat.hydra_args import dump_value, parse_args, parse_value, shown
+from verl.compat.real_defaults import at_real_default, is_real_default, real_defaults
 from verl.compat.real_keys import ARR, MANUAL, NO_DEFAULT, RealKey, largest_divisor_at_most, same_value, steps_from_epochs
 from verl.compat.real_verl import REAL_SECTIONS, TABLE, lookup
 from verl.config import Config
@@ -36,7 +34,6 @@ from verl.errors import ConfigError
 
 # Our sections that real verl's config also has: a key there is read as real verl's first.
 SHARED_SECTIONS = ("data", "algorithm", "critic")
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _INTERP = re.compile(r"\$\{([^}]*)\}")
 DEFAULT, FILE, GIVEN, NATIVE = 0, 1, 2, 3  # precedence of a value's source (FILE: --config-name's YAML)
 ACTOR_MICRO = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
@@ -48,50 +45,6 @@ class Translation:
     values: dict[str, Any]  # our key -> value
     sources: dict[str, str]  # our key -> what set it: "real.key=value", our own "key=value", or a derived default
     notes: list[str] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------
-# Parsing
-# ---------------------------------------------------------------------------
-
-
-def parse_value(raw: str) -> Any:
-    """A Hydra override value: YAML, with Hydra's bare floats such as 1e-6 read as numbers."""
-    if raw == "":
-        return ""
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        value = raw  # Hydra keeps unparsable text as a string
-    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-        return float(value)
-    return value
-
-
-def _flatten(key: str, value: Any, out: list) -> None:
-    if isinstance(value, dict) and value and lookup(key) is None:
-        for sub, v in value.items():
-            _flatten(f"{key}.{sub}", v, out)
-    else:
-        out.append((key, value))
-
-
-def parse_args(argv: list[str]) -> list[tuple[str, Any]]:
-    pairs: list[tuple[str, Any]] = []
-    for item in argv:
-        if item.startswith("~"):
-            raise ConfigError(f"{item}: deleting keys (Hydra '~') is not supported here; see {MANUAL}")
-        if item.startswith("-"):
-            raise ConfigError(f"{item}: real verl's Hydra option is not supported here (only --config-path and "
-                              f"--config-name are read); pass key=value overrides (see {MANUAL})")
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like key.path=value")
-        key, raw = item.split("=", 1)
-        key = key.strip().lstrip("+")
-        if not key:
-            raise ConfigError(f"override '{item}' has no key")
-        _flatten(key, parse_value(raw), pairs)
-    return pairs
 
 
 def _native_leaf(key: str) -> bool:
@@ -281,17 +234,13 @@ def _resolve(values: dict) -> None:
         values[key] = resolve(values[key], key)
 
 
-def _shown(value: Any) -> str:
-    return "null" if value is None else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-
-
 def _put(ours: dict, our_key: str, value: Any, source: str, rank: int) -> None:
     if our_key in ours:
         old_value, old_source, old_rank = ours[our_key]
         # two given keys (or two keys of the config file) that disagree; the command line beats the file
         if min(rank, old_rank) >= FILE and (rank >= GIVEN) == (old_rank >= GIVEN) and not same_value(old_value, value):
-            raise ConfigError(f"{source} and {old_source} both set {our_key} here ({_shown(value)} vs "
-                              f"{_shown(old_value)}); keep one")
+            raise ConfigError(f"{source} and {old_source} both set {our_key} here ({shown(value)} vs "
+                              f"{shown(old_value)}); keep one")
         if rank <= old_rank:
             return
     ours[our_key] = (value, source, rank)
@@ -303,17 +252,17 @@ def _apply(ctx: Context, items: list, phase: int, notes: list) -> None:
             continue
         if entry.ignored:
             if rank == GIVEN:  # a config file's ignored keys are counted in one note instead
-                notes.append(f"ignored {key}={_shown(value)}: {entry.note}")
+                notes.append(f"ignored {key}={shown(value)}: {entry.note}")
             continue
-        source = {GIVEN: f"{key}={_shown(value)}", FILE: f"{ctx.file_where}: {key}={_shown(value)}"}.get(
-            rank, f"real verl's default {key}={_shown(value)}")
+        source = {GIVEN: f"{key}={shown(value)}", FILE: f"{ctx.file_where}: {key}={shown(value)}"}.get(
+            rank, f"real verl's default {key}={shown(value)}")
         try:
             converted = entry.convert(value, ctx, key)
         except ConfigError as exc:
             if rank == GIVEN or key not in str(exc):
                 raise
             why = f"set in {ctx.file_where}" if rank == FILE else "is real verl's default: give it"
-            raise ConfigError(f"{exc} [{key}={_shown(value)} {why}]") from None
+            raise ConfigError(f"{exc} [{key}={shown(value)} {why}]") from None
         for our_key, our_value in converted.items():
             if rank == DEFAULT and our_key.startswith("algorithm.") and "algorithm.name" in ctx.native:
                 continue  # our algorithm.name preset fills what real verl's defaults would
@@ -349,55 +298,6 @@ def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
     return {"reward_fn.type": "by_data_source", "reward_fn.format_score": 0.0}
 
 
-def _dump(value: Any) -> str:
-    """JSON that our YAML override parser reads back as the same value (floats stay floats)."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        mantissa, _, exp = text.partition("e")
-        if exp:  # YAML 1.1 floats need a '.' and a signed exponent: 1e-06 -> 1.0e-06
-            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[0] in '+-' else '+' + exp}"
-        return text
-    return json.dumps(value)
-
-
-_DEFAULTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "real_verl_defaults.yaml")
-
-
-@functools.lru_cache(maxsize=1)
-def real_defaults() -> dict:
-    """Real verl's defaults of the keys the table does not translate (real_verl_defaults.yaml)."""
-    with open(_DEFAULTS_FILE, encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
-
-
-def _at_default(key: str, value: Any, where: str = "") -> bool:
-    """True for a key outside the table given at real verl's default (no effect there either);
-    another value of such a key is refused; False for a key real verl's config does not have."""
-    defaults = real_defaults()
-    if key not in defaults:
-        return False
-    if isinstance(defaults[key], str) and "${" in defaults[key]:
-        return bool(where)  # derived from other keys: a config file's copy is accepted, a command line's not
-    if same_value(value, defaults[key]) or value == defaults[key]:
-        return True
-    default = "null" if defaults[key] is None else json.dumps(defaults[key])
-    raise ConfigError(f"real verl's {key}={_shown(value)}{where} is not supported: it has no equivalent here; only "
-                      f"its default {default} (no effect) is accepted (see {MANUAL})")
-
-
-def _is_real_default(key: str, value: Any) -> bool:
-    """The value is real verl's default for a table row whose default here differs from it."""
-    entry = TABLE.get(key)
-    if entry is None or entry.real_default is NO_DEFAULT:
-        return False
-    expand = (lambda v: os.path.expanduser(v) if isinstance(v, str) else v)
-    return same_value(expand(value), expand(entry.real_default))
-
-
 def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list],
               at_default: list, where: str = "") -> None:
     """Sort (key, value) pairs into real keys of the table (`given`), keys under a group row
@@ -420,7 +320,7 @@ def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown
         elif native is not None and (section not in REAL_SECTIONS or (section in SHARED_SECTIONS
                                                                       and _native_leaf(key))):
             native[key] = value
-        elif _at_default(key, value, where):
+        elif at_real_default(key, value, where):
             at_default.append((key, value))
         elif unknown is not None:
             unknown.append(key)
@@ -447,7 +347,7 @@ def translate(argv: list[str]) -> Translation:
     # model for the critic, ...): a config file holding real verl's defaults trains as the command line would
     file_defaults: list = []
     _classify([(k, v) for k, v in file_values.items() if k not in given and v is not None
-               and not _is_real_default(k, v)], in_file, None, file_matched, unknown, file_defaults,
+               and not is_real_default(k, v)], in_file, None, file_matched, unknown, file_defaults,
               f" (in {file_where})")
     file_matched = [m for m in file_matched if not m[1].ignored and m[0] not in {k for k, _, _ in matched}]
 
@@ -468,12 +368,12 @@ def translate(argv: list[str]) -> Translation:
     ctx = Context(values, set(given) | set(in_file), native)
     ctx.file_where, ctx.command_line = file_where, set(given)  # keys typed, over those of the config file
     for our_key, value in native.items():
-        _put(ctx.ours, our_key, value, f"{our_key}={_shown(value)}", NATIVE)
+        _put(ctx.ours, our_key, value, f"{our_key}={shown(value)}", NATIVE)
 
     items = [(k, e, values[k], GIVEN if k in given else FILE if k in in_file else DEFAULT)
              for k, e in TABLE.items() if not k.endswith(".*") and k in values]
     items += [(k, e, v, GIVEN) for k, e, v in matched] + [(k, e, v, FILE) for k, e, v in file_matched]
-    notes: list[str] = [f"ignored {k}={_shown(v)}: real verl's default, which changes nothing" for k, v in at_default]
+    notes: list[str] = [f"ignored {k}={shown(v)}: real verl's default, which changes nothing" for k, v in at_default]
     if file_where:
         notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table, {len(file_defaults)} "
                      f"more at (or derived like) real verl's defaults" + (
@@ -508,7 +408,7 @@ def translate(argv: list[str]) -> Translation:
             _put(ctx.ours, our_key, value, "the reward for the data_source", DEFAULT)
 
     ordered = dict(sorted(ctx.ours.items()))
-    return Translation(overrides=[f"{k}={_dump(v)}" for k, (v, _, _) in ordered.items()],
+    return Translation(overrides=[f"{k}={dump_value(v)}" for k, (v, _, _) in ordered.items()],
                        values={k: v for k, (v, _, _) in ordered.items()},
                        sources={k: s for k, (_, s, _) in ordered.items()}, notes=notes)
 
