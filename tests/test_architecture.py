@@ -107,11 +107,12 @@ def test_no_import_cycle_between_packages():
 
 
 def test_lower_layers_do_not_reach_up():
-    """The algorithm math, the config, the run-state files and real verl's key translation know
-    nothing of the trainer or the workers (they are handed the objects they act on); the config
+    """The algorithm math, the config, the run-state files, real verl's key translation and the agents' tools
+    know nothing of the trainer or the workers (they are handed the objects they act on); the config
     reads only the registries' names (BACKENDS for distributed.backend)."""
     edges = package_edges()
-    for low in ("verl.algorithms", "verl.config", "verl.checkpoint", "verl.rewards", "verl.models", "verl.compat"):
+    for low in ("verl.algorithms", "verl.config", "verl.checkpoint", "verl.rewards", "verl.models", "verl.compat",
+                "verl.agents"):
         for high in ("verl.trainer", "verl.workers", "verl.distributed", "verl.backends", "verl.cli"):
             if (low, high) == ("verl.config", "verl.backends"):
                 assert all(w.startswith("verl/config/distributed.py:") for w in edges[(low, high)])  # its choices
