@@ -149,6 +149,8 @@ def stage_profile(rows: list[dict], ours: str = "verl-vllm", floor_s=None) -> st
                          + "; ".join(f"{k} {a[k]:.2f} vs {b[k]:.2f}" for k in a)
                          + f"; step {mine['step_s']:.2f} vs {peer['step_s']:.2f}. Behind in: "
                          + (", ".join(behind) or "no stage")
+                         + (f" (our weight sync holds the sleeping engine's wake-up, {mine['wake_s']:.2f} s with the "
+                            f"reload, and the rest its sleep, {mine.get('sleep_s') or 0:.2f} s)" if mine.get("wake_s") else "")
                          + f". Ceiling (ours with only its generation left): {peer['step_s'] / mine['rollout_s']:.2f}x"
                          + (f"; with its update at the GPU's peak bf16 rate ({floor_s:.2f} s; ours runs at "
                             f"{100 * floor_s / mine['update_s']:.0f}% of it) and no sync: "
@@ -177,7 +179,7 @@ def merge_rows(results: list[dict]) -> list[dict]:
                    steps_timed=sum(r.get("steps_timed", 0) for r in rs),
                    tokens_per_step=round(tokens), tokens_per_s=round(tokens / step))
         for col in ("rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
-                    "completion_len"):
+                    "sleep_s", "wake_s", "completion_len"):
             vals = [r[col] for r in rs if r.get(col) is not None]
             if vals:
                 row[col] = round(statistics.median(vals), 3)

@@ -201,6 +201,8 @@ def test_stage_profile_names_the_stage_behind_and_the_ceiling():
     assert "2.50x" in line and "ours runs at 33% of it" in line and line.endswith("2.00x")
     assert len([ln for ln in text.splitlines() if ln.startswith("- ")]) == 1
     assert e2e_report.stage_profile(rows[2:]) == ""
+    rows[0].update(wake_s=0.4, sleep_s=0.1)  # a sleeping engine: its wake-up is inside our sync stage
+    assert "wake-up, 0.40 s with the reload, and the rest its sleep, 0.10 s)" in e2e_report.stage_profile(rows)
 
 
 class _Params:
