@@ -29,6 +29,10 @@
 #               without checkpointing: at (b) ~2.2 MB of activations a token + fp32 logits, 16 x 550 tokens ~35 GiB);
 #               (a) and (b) also run the TRL generation probe (--trl-gen-probe E2E_PROBE: 3 replays at (a), 1 at (b),
 #               each replay 3 engine calls of ~12 s at (b))
+#   e2e-b-ll-verl / e2e-c-ll-verl  verl alone at (b) / (c) like-for-like with E2E_VERL_SET (verl config keys, e.g.
+#               "rollout.enable_sleep_mode=false rollout.gpu_memory_utilization=0.3": the engine awake through the update,
+#               as TRL's; session 16's candidate for the 0.33 s of sleep and wake at (b)); E2E_TAG names its folder
+#               (~170 s for verl's process at (b))
 #   e2e-c-ll-compile  verl alone at (c) like-for-like with model.torch_compile on for LoRA (auto leaves it off for LoRA; the
 #               candidate for its update, 6.36 s at 7B in session 14; tests/test_perf_offload_compile.py checks it equals eager)
 #   e2e-b-real / e2e-c-real (defaults) and e2e-b-real-ll / e2e-c-real-ll (expert settings: bypass_mode, FSDP2, fused
@@ -177,7 +181,8 @@
 #   session 17 (one machine): stage both wheel sets + install (~340 s with the start); e2e-c-real-ll (595, BUDGET_S=592
 #             E2E_REAL_TIMEOUT=545), then E2E_TAG=_run2 e2e-c-ll (385) on the same machine (its verl row beside real
 #             verl's, and (c)'s second machine start), then E2E_TAG=_run2 e2e-b-ll (370) if ~400 s are left
-#   session 18: e2e-a-ll twice (two machine starts, ~250 s each plus staging), e2e-b-real-ll run 2, e2e-c-ll-compile;
+#   session 18: e2e-a-ll twice (two machine starts, ~250 s each plus staging), e2e-b-real-ll run 2, e2e-c-ll-compile,
+#             E2E_TAG=_awake E2E_VERL_SET="rollout.enable_sleep_mode=false rollout.gpu_memory_utilization=0.3" e2e-b-ll-verl;
 #             then merge each pair (benchmarks/e2e_report.py merge A.json B.json --out DIR)
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
@@ -392,6 +397,10 @@ print(info)" ;;
         e2e-c-ll) e2e_run e2e-c-ll 420 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_C \
                    --trl-micro-batch ${E2E_TRL_MB_C:-8} ;;
         e2e-c-ll-compile) e2e_run e2e-c-ll-compile 240 320 --systems verl-vllm --work like-for-like $WORK_C --compile ;;
+        e2e-b-ll-verl|e2e-c-ll-verl)  # verl alone like-for-like with E2E_VERL_SET's keys (a candidate's own folder)
+                   W_ARGS=$WORK_B; [ "${s:4:1}" = c ] && W_ARGS=$WORK_C
+                   e2e_run "$s" 200 320 --systems verl-vllm --work like-for-like $W_ARGS \
+                   ${E2E_VERL_SET:+--verl-set $E2E_VERL_SET} ;;
         e2e-b-real|e2e-b-real-ll|e2e-c-real|e2e-c-real-ll)  # real verl alone (its verl-vllm row: e2e-b(-ll) on this machine)
                    W_ARGS=$WORK_B; BUDGET_T=${E2E_REAL_BUDGET_B:-16384}
                    [ "${s:4:1}" = c ] && { W_ARGS=$WORK_C; BUDGET_T=${E2E_REAL_BUDGET_C:-8192}; }
