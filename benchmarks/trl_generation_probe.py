@@ -9,11 +9,11 @@ TRL's colocated engine, after its timed steps, the probe
   2. replays that exact engine call REPEATS times on the same LLM with the same prompts and the same
      SamplingParams object TRL built (n=1 per duplicated prompt, temperature/top_p/top_k/min_p/
      repetition_penalty, max_tokens, logprobs=0, plus generation_kwargs: ignore_eos);
-  3. replays five variants, one change each: logprobs=None (no per-token log-probs), flat_logprobs=True (the
+  3. replays four variants, one change each: logprobs=None (no per-token log-probs), flat_logprobs=True (the
      same log-probs returned as flat lists, as verl's rollout asks for them, instead of one dict and Logprob
-     object per token), detokenize=False (the log-probs kept, no text decoded: as verl's rollout asks),
-     detokenize=True (TRL's default, for the A/B when the recorded call already has it off), and n=group over
-     the unique prompts (one request per prompt, as verl's rollout sends them);
+     object per token), n=group over the unique prompts (one request per prompt, as verl's rollout sends them),
+     and detokenize flipped from the recorded call's: off (the log-probs kept, no text decoded: as verl's
+     rollout asks) after TRL's defaults call, on (vLLM's default) after its like-for-like call, which has it off;
   4. records the engine's settings TRL chose (max_num_seqs, max_num_batched_tokens=4096, logprobs_mode
      processed_logprobs, gpu_memory_utilization, enforce_eager / CUDA graphs).
 
@@ -92,17 +92,19 @@ def replay(recorder: EngineCallRecorder, group: int, repeats: int, sync=lambda: 
         # with log-probs took 5.20 s: is the difference the per-token Logprob objects (flat_logprobs)? No: on
         # 2026-12-04, 11.68 s with flat lists against 11.82 s without.
         "replay_flat_logprobs": (prompts, _clone(params, flat_logprobs=True)),
-        # verl sends detokenize=False (its text comes from the token ids). With a tokenizer, vLLM 0.26's
-        # LogprobsProcessor._update_sample_logprobs decodes every log-prob token (convert_ids_list_to_tokens) and
-        # _verify_tokens re-decodes with up to 4 context tokens each one whose text ends in U+FFFD (frequent for
-        # random weights' byte tokens): Python work per generated token.
-        "replay_no_detokenize": (prompts, _clone(params, detokenize=False)),
-        # ... and its reverse: TRL's like-for-like rows send detokenize=False (2026-12-04: TRL's generation 5.90 s a
-        # step at (b) with it, 12.5-13.2 s on the two earlier machine starts without it), so the A/B of one machine
-        # needs the call with it on: TRL's default.
-        "replay_detokenize_on": (prompts, _clone(params, detokenize=True)),
         "replay_n_group": (unique_prompts(prompts, group), _clone(params, n=group)),
     }
+    # detokenize flipped from the recorded call's (one replay, not one that repeats "same params"). verl sends
+    # detokenize=False (its text comes from the token ids). With a tokenizer, vLLM 0.26's
+    # LogprobsProcessor._update_sample_logprobs decodes every log-prob token (convert_ids_list_to_tokens) and
+    # _verify_tokens re-decodes with up to 4 context tokens each one whose text ends in U+FFFD (frequent for random
+    # weights' byte tokens): Python work per generated token. TRL's defaults call has it on (vLLM's default): the
+    # replay turns it off; its like-for-like call has it off (2026-12-04: TRL's generation 5.90 s a step at (b),
+    # 12.5-13.2 s on the two earlier machine starts with it on): the replay turns it on, the A/B of one machine.
+    if getattr(params, "detokenize", True):
+        variants["replay_no_detokenize"] = (prompts, _clone(params, detokenize=False))
+    else:
+        variants["replay_detokenize_on"] = (prompts, _clone(params, detokenize=True))
     out = {}
     for name, (ps, sp) in variants.items():
         times = []

@@ -1,6 +1,6 @@
-"""Tools (verl.agents.tools, builtin_tools, environment): schemas from hints and docstrings, loading
-from the config, the ToolRunner's concurrency and failure containment, the calculator against
-hand-computed values and hostile input, and the example environment."""
+"""Tools (verl.agents.tools, builtin_tools): schemas from hints and docstrings, loading from the
+config, the ToolRunner's concurrency and failure containment, the calculator against hand-computed
+values and hostile input. The environments: tests/test_agents_environment.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from typing import Literal, Optional, Union
 import pytest
 
 from verl.agents.builtin_tools import BUILTIN_TOOLS, calculator, python
-from verl.agents.environment import (Environment, GuessNumberEnv, StepResult, as_step_result,
-                                     load_environment)
 from verl.agents.parsing import ToolCall, parse_tool_calls
 from verl.agents.tools import ToolRunner, check_arguments, load_tools, to_text, tool_from_callable
 from verl.errors import ConfigError
@@ -430,56 +428,3 @@ def test_python_tool_reports_errors_and_silence():
     assert python("x = 1") == "(no output: print() the values you want to see)"
     assert "exit code 3" in python("import sys; sys.exit(3)")
     assert "killed by SIGABRT" in python("import os; os.abort()")
-
-
-# --------------------------------------------------------------------------- environments
-
-
-def test_guess_number_env():
-    env = GuessNumberEnv()
-    assert env.reset({"prompt": "Guess", "answer": "42"}) == ""
-    assert env.step("I guess 10") == StepResult("higher", 0.0, False, {"guess": 10, "guesses": 1})
-    assert env.step("Maybe 50?").observation == "lower"
-    bad = env.step("no idea")
-    assert bad.observation == "Reply with an integer." and not bad.done
-    final = env.step("It is 7... no, 42")
-    assert (final.observation, final.reward, final.done, final.info["guesses"]) == ("correct", 1.0, True, 3)
-    assert GuessNumberEnv().reset({"ground_truth": 5}) == ""
-
-
-def test_load_environment(tmp_path):
-    assert load_environment("verl.agents.environment:GuessNumberEnv") is GuessNumberEnv
-    assert load_environment(GuessNumberEnv) is GuessNumberEnv
-    path = tmp_path / "envs.py"
-    path.write_text("from verl.agents import Environment, StepResult\n\n"
-                    "class Echo(Environment):\n    def step(self, action_text):\n"
-                    "        return StepResult(action_text)\n\n"
-                    "class NeedsArgs(Environment):\n    def __init__(self, size):\n        self.size = size\n\n"
-                    "class NotAnEnv:\n    pass\n\nvalue = 3\n")
-    echo = load_environment(f"{path}:Echo")
-    assert issubclass(echo, Environment) and echo().step("hi").observation == "hi"
-    assert echo().reset({}) == ""
-    with pytest.raises(ConfigError, match=r"rollout.environment: .* is the class NotAnEnv, not a subclass"):
-        load_environment(f"{path}:NotAnEnv")
-    with pytest.raises(ConfigError, match=r"is a int, not a subclass"):
-        load_environment(f"{path}:value")
-    with pytest.raises(ConfigError, match=r"NeedsArgs must be constructible with no arguments"):
-        load_environment(f"{path}:NeedsArgs")
-    with pytest.raises(ConfigError, match=r"^env: .*has no Class 'Missing'"):
-        load_environment(f"{path}:Missing", key="env")
-    with pytest.raises(ConfigError, match=r"rollout.environment: 'GuessNumberEnv' must look like"):
-        load_environment("GuessNumberEnv")
-    with pytest.raises(NotImplementedError):
-        Environment().step("x")
-
-
-def test_as_step_result():
-    assert as_step_result(("obs", 1, True)) == StepResult("obs", 1.0, True, {})
-    assert as_step_result(("obs", 0.5, 0, {"k": 1})) == StepResult("obs", 0.5, False, {"k": 1})
-    assert as_step_result("just text") == StepResult("just text")
-    with pytest.raises(TypeError, match="must return a StepResult"):
-        as_step_result(None)
-    with pytest.raises(TypeError, match="reward must be a number"):
-        as_step_result(StepResult("o", reward="high"))
-    with pytest.raises(TypeError, match="observation must be a string"):
-        as_step_result(StepResult(3))

@@ -236,17 +236,17 @@ def test_generation_probe_replays_the_exact_call():
         assert llm.generate(prompts, sampling_params=params, use_tqdm=False) == ["out"] * 6
     assert len(rec.seconds) == 3 and rec.calls[1]["sampling_params"] is params
     replays = probe.replay(rec, group=2, repeats=2)
-    # same, no log-probs, flat log-prob lists, no detokenizing, detokenizing, n=group
+    # same, no log-probs, flat log-prob lists, n=group, then detokenize flipped (the recorded call's is on: off)
     assert llm.calls[3:] == ([(6, 1, 0, False, True)] * 2 + [(6, 1, None, False, True)] * 2
-                             + [(6, 1, 0, True, True)] * 2 + [(6, 1, 0, False, False)] * 2
-                             + [(6, 1, 0, False, True)] * 2 + [(3, 2, 0, False, True)] * 2)
-    assert set(replays) >= {"replay_detokenize_on_s", "replay_no_detokenize_s"}
-    # TRL's like-for-like call already has detokenize off: the same-params replay keeps it off, the on-variant not
+                             + [(6, 1, 0, True, True)] * 2 + [(3, 2, 0, False, True)] * 2 + [(6, 1, 0, False, False)] * 2)
+    assert "replay_no_detokenize_s" in replays and "replay_detokenize_on_s" not in replays
+    # TRL's like-for-like call already has detokenize off: the same-params replay keeps it off, the flip turns it on
     llm_off = _Engine()
     rec_off = probe.EngineCallRecorder(llm_off)
     llm_off.generate(prompts, sampling_params=_Params(detokenize=False), use_tqdm=False)
-    probe.replay(rec_off, group=2, repeats=1)
-    assert [c[4] for c in llm_off.calls[1:]] == [False, False, False, False, True, False]
+    replays_off = probe.replay(rec_off, group=2, repeats=1)
+    assert [c[4] for c in llm_off.calls[1:]] == [False, False, False, False, True]
+    assert "replay_detokenize_on_s" in replays_off and "replay_no_detokenize_s" not in replays_off
     assert params.logprobs == 0 and params.n == 1  # the variants were clones: TRL's own object is untouched
     assert not hasattr(params, "flat_logprobs") and not hasattr(params, "detokenize")
     assert len(rec.seconds) == 3  # the replays are not counted as TRL's calls
