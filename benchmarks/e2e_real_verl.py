@@ -263,6 +263,18 @@ def _kill_group(proc) -> None:
             continue
 
 
+def _stop_ray(env: dict, cwd: str) -> None:
+    """`ray stop --force` with real verl's Ray: its raylet, GCS server and actors (the vLLM engine among them)
+    start sessions of their own, so ending main_ppo's group leaves them holding the GPU (50 GB on 2026-12-04,
+    after a timeout). The benchmark machine runs no other Ray."""
+    try:
+        subprocess.run([sys.executable, "-c", "from ray.scripts.scripts import stop; "
+                        "stop.main(['--force'], standalone_mode=False)"],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        print("real-verl: `ray stop --force` did not end within 90 s", file=sys.stderr)
+
+
 def worker_real_verl(args, prompts: list[str]) -> dict:
     """`prompts`: the benchmark's prompt stream (e2e_grpo.make_prompts, as the verl worker's data.prompts).
     Runs real verl in a child process whose PYTHONPATH is only --real-verl-pythonpath, from a temporary
@@ -302,10 +314,13 @@ def worker_real_verl(args, prompts: list[str]) -> dict:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         signal.signal(signal.SIGTERM, lambda signum, frame: (_kill_group(proc), sys.exit(143)))
         try:
-            rc = proc.wait(timeout=max(60, args.timeout - 30))
+            # 60 s of --timeout left for ending its tree (up to 30 s), `ray stop` and the report: on 2026-12-04 a
+            # 30 s margin let e2e_grpo's own timeout end this worker before it printed the steps it had
+            rc = proc.wait(timeout=max(60, args.timeout - 60))
         except subprocess.TimeoutExpired:
             rc = "timeout"
         _kill_group(proc)  # also what outlived a normal exit
+        _stop_ray(env, work)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     text = open(log_path, errors="replace").read()
     if args.logs:

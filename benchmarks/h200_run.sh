@@ -39,8 +39,10 @@
 #               kernels)  real verl alone at work (b) / (c), one dynamic micro-batch of E2E_REAL_BUDGET_B (16384) /
 #               E2E_REAL_BUDGET_C (8192) tokens (a whole step does not fit without checkpointing); its verl-vllm row
 #               is e2e-b(-ll)'s on the same machine start: `python3 benchmarks/e2e_report.py merge` the two JSONs.
-#               E2E_REAL_TIMEOUT: its per-system limit (default 530 s; with the wheels installed in an earlier call,
-#               BUDGET_S=598 E2E_REAL_TIMEOUT=550 gives it the most one device call allows: its start-up was ~300 s at (a))
+#               E2E_REAL_TIMEOUT: its per-system limit (default 530 s; real verl's own process gets 60 s less, the stage
+#               needs BUDGET_S >= E2E_REAL_TIMEOUT + 60: e.g. `detach` with BUDGET_S=700 E2E_REAL_TIMEOUT=640 at (b), whose
+#               process took 527 s for 6 steps in session 16; at (c) its start-up alone is > 600 s: BUDGET_S=1260
+#               E2E_REAL_TIMEOUT=1200). After it, `ray stop --force` ends the Ray daemons and actors (vLLM) it left
 #               e2e-a-real-ll: real verl's expert settings beside verl-vllm like-for-like at (a)
 #   agent-demo  (the model's wheel parts in /root/mp) examples/agent_calculator.yaml for AGENT_MINUTES (default 6) on
 #               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
@@ -184,6 +186,19 @@
 #   session 18: e2e-a-ll twice (two machine starts, ~250 s each plus staging), e2e-b-real-ll run 2, e2e-c-ll-compile,
 #             E2E_TAG=_awake E2E_VERL_SET="rollout.enable_sleep_mode=false rollout.gpu_memory_utilization=0.3" e2e-b-ll-verl;
 #             then merge each pair (benchmarks/e2e_report.py merge A.json B.json --out DIR)
+# Seen on 2026-12-04 21:14-21:37 (session 17, 7fa178c, one machine start, 1,636 s held; two refused starts cost ~90 + 15 s):
+# staging both wheel sets, 27 parts ~110 s (~4.5 s each), install + realverl-install + versions 107, E2E_TAG=_run2
+# e2e-c-ll 302 (1.09x: 10.11 vs 10.98 s/step), then real verl at (c) in a detached run (BUDGET_S=800 E2E_REAL_TIMEOUT=760):
+# ended at 767 s by the stage's own limit, which equalled the per-system one, before e2e_grpo printed anything; real verl
+# was still in its first weight sync ~10 minutes in, and its Ray daemons and vLLM (50 GB) outlived the kill. Hence the
+# stage's need of E2E_REAL_TIMEOUT + 60, the worker's 60 s margin and its `ray stop --force`. That session's result
+# files were lost with its checkout (its figures: docs/performance.md).
+#   detach / wait-detached: the first call `BUDGET_S=... bash benchmarks/h200_run.sh detach STAGE...` returns at once;
+#             each next call `BUDGET_S=590 bash benchmarks/h200_run.sh wait-detached` waits up to its budget and returns
+#             the archive (the machine is held between calls: send them back to back)
+# Left for #40 (as of 2026-12-05): (b) on a second machine start (E2E_TAG=_run2 e2e-b-ll; detach
+# BUDGET_S=700 E2E_REAL_TIMEOUT=640 E2E_TAG=_run2 e2e-b-real-ll), e2e-a-ll twice, real verl at (c) (detach BUDGET_S=1260
+# E2E_REAL_TIMEOUT=1200 e2e-c-real-ll: a session of its own) and (c)'s second start again (session 17's files are lost).
 # verl runs with its default settings in every defaults stage (no micro-batch or packing flags).
 # Everything lands in /tmp/h200_results, packed after every stage into $OUT/h200_results.tgz (one file,
 # so a stage cut short still returns what the earlier ones measured).
@@ -359,8 +374,26 @@ background() {  # background NAME DELAY_S FUNCTION: runs beside the next stages;
     BG_PIDS="$BG_PIDS $LAST_BG"
 }
 
+# `detach` (first argument only): the stages after it run in a session of their own that outlives this device call
+# (a stage longer than one call allows, real verl at (c)); `wait-detached` in the next calls waits for it within
+# BUDGET_S and packs what it has written so far. Their BUDGET_S is the detached run's own.
+if [ "${1:-}" = detach ]; then
+    shift
+    echo "detached (pid file /tmp/h200_detached.pid, console $W/detached.console): $*" >> "$W/commands.txt"
+    setsid nohup env OUT=/tmp/h200_detached_out bash "$0" "$@" > "$W/detached.console" 2>&1 < /dev/null &
+    echo $! > /tmp/h200_detached.pid
+    echo "detached run $(cat /tmp/h200_detached.pid): $*"
+    exit 0
+fi
+
 for s in "$@"; do
     case $s in
+        wait-detached) pid=$(cat /tmp/h200_detached.pid 2> /dev/null)
+                   left=$(( DEADLINE - $(date +%s) - 20 ))
+                   [ -n "$pid" ] && kill -0 "$pid" 2> /dev/null && timeout $(( left > 1 ? left : 1 )) tail --pid="$pid" -f /dev/null
+                   if [ -n "$pid" ] && kill -0 "$pid" 2> /dev/null; then echo "== detached run $pid still running ($(date -u +%H:%M:%S))"
+                   else echo "== detached run ${pid:-none} ended ($(date -u +%H:%M:%S))"; fi
+                   tail -n 15 "$W/detached.console" 2> /dev/null ;;
         versions) stage versions 10 $PY -c "
 import json, platform, torch, transformers
 info = dict(torch=torch.__version__, cuda=torch.version.cuda, transformers=transformers.__version__,
@@ -405,7 +438,7 @@ print(info)" ;;
                    W_ARGS=$WORK_B; BUDGET_T=${E2E_REAL_BUDGET_B:-16384}
                    [ "${s:4:1}" = c ] && { W_ARGS=$WORK_C; BUDGET_T=${E2E_REAL_BUDGET_C:-8192}; }
                    MODE=defaults; [ "${s%-ll}" != "$s" ] && MODE=like-for-like
-                   e2e_run "$s" $(( ${E2E_REAL_TIMEOUT:-530} + 10 )) ${E2E_REAL_TIMEOUT:-530} --systems real-verl --work $MODE $W_ARGS --real-verl-pythonpath /tmp/realverl \
+                   e2e_run "$s" $(( ${E2E_REAL_TIMEOUT:-530} + 60 )) ${E2E_REAL_TIMEOUT:-530} --systems real-verl --work $MODE $W_ARGS --real-verl-pythonpath /tmp/realverl \
                    --real-verl-token-budget $BUDGET_T ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         e2e-a-real-ll) e2e_run e2e-a-real-ll 300 420 --systems real-verl verl-vllm --work like-for-like $WORK_A \
                    --real-verl-pythonpath /tmp/realverl ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
