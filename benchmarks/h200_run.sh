@@ -223,9 +223,9 @@ $PY - "$ROOT" <<'PYEOF' || echo "   (verl's entry points not written: vLLM's LLa
 import os, sys, tomllib
 root = sys.argv[1]
 project = tomllib.load(open(os.path.join(root, "pyproject.toml"), "rb"))["project"]
-info = "/tmp/site/verl-0.0.0+checkout.dist-info"
+info = "/tmp/site/verl_rl-0.0.0+checkout.dist-info"
 os.makedirs(info, exist_ok=True)
-open(os.path.join(info, "METADATA"), "w").write("Metadata-Version: 2.1\nName: verl\nVersion: 0.0.0+checkout\n")
+open(os.path.join(info, "METADATA"), "w").write("Metadata-Version: 2.1\nName: verl-rl\nVersion: 0.0.0+checkout\n")
 with open(os.path.join(info, "entry_points.txt"), "w") as f:
     for group, entries in project.get("entry-points", {}).items():
         f.write(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n")

@@ -37,7 +37,7 @@ def test_sglang_missing_names_the_extra(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"pip install 'verl\[sglang\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '.*\[sglang\]'"):
         _config("cuda")
 
 
@@ -67,7 +67,7 @@ def test_engine_refuses_a_cpu_device_before_importing_sglang(monkeypatch):
 
 def test_import_hint_when_sglang_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "sglang", None)
-    with pytest.raises(ImportError, match=r"verl\[sglang\]"):
+    with pytest.raises(ImportError, match=r"pip install -e .*\[sglang\]"):
         sr.import_sglang()
 
 

@@ -50,14 +50,17 @@ def _train(args) -> int:
 # add_arguments(parser) and run(args); it is imported only when its command runs (or its help
 # is asked for), so `verl --help` and config errors answer without importing torch.
 SUBCOMMANDS = {
-    "data": ("verl.data.arithmetic", "make prompt datasets: 'verl data arithmetic --n N --out FILE'"),
+    "data": ("verl.data.arithmetic", "make prompt datasets: 'verl data arithmetic --n N --out FILE', 'verl data gsm8k'"),
     "models": ("verl.models.fetch", "fetch real small models for offline use: 'verl models fetch NAME', 'verl models list'"),
     "plot": ("verl.tracking.plot", "PNG dashboard of one or more runs: 'verl plot RUN_DIR [RUN_DIR ...]'"),
     "report": ("verl.tracking.report", "self-contained HTML report of a run: 'verl report RUN_DIR'"),
     "train-rm": ("verl.rewards.train_rm", "train a Bradley-Terry reward model on preference pairs"),
 }
 # Commands with commands of their own: `verl data arithmetic`, `verl models fetch|list`.
-DATA_COMMANDS = {"arithmetic": "synthetic arithmetic problems with answers (train + held-out files)"}
+DATA_COMMANDS = {  # name -> (module with add_arguments / run / DESCRIPTION, help line)
+    "arithmetic": ("verl.data.arithmetic", "synthetic arithmetic problems with answers (train + held-out files)"),
+    "gsm8k": ("verl.data.gsm8k_layout", "GSM8K-style rows in real verl's parquet layout (~/data/gsm8k), offline"),
+}
 
 TRAIN_EPILOG = """\
 overrides are dotted config keys (see the README's configuration reference), e.g.
@@ -91,7 +94,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `verl` parser. Only `command`'s own options are loaded (its module imported)."""
-    parser = argparse.ArgumentParser(
+    from verl.cli_flags import VerlParser
+
+    parser = VerlParser(
         prog="verl", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Reinforcement-learning post-training for language models (PPO, GRPO, RLOO, DAPO, ...).",
         epilog="Run 'verl COMMAND --help' for a command's options. Start with: verl train examples/quickstart.yaml\n"
@@ -109,10 +114,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             continue
         mod = importlib.import_module(module)
         if name == "data":
-            inner = cmd.add_subparsers(dest="data_command", metavar="{arithmetic}", required=True)
-            leaf = inner.add_parser("arithmetic", help=DATA_COMMANDS["arithmetic"], description=mod.DESCRIPTION)
-            mod.add_arguments(leaf)
-            leaf.set_defaults(run=mod.run)
+            inner = cmd.add_subparsers(dest="data_command", metavar="{" + ",".join(DATA_COMMANDS) + "}", required=True)
+            for leaf_name, (leaf_module, leaf_help) in DATA_COMMANDS.items():
+                leaf_mod = importlib.import_module(leaf_module)
+                leaf = inner.add_parser(leaf_name, help=leaf_help, description=leaf_mod.DESCRIPTION)
+                leaf_mod.add_arguments(leaf)
+                leaf.set_defaults(run=leaf_mod.run)
         elif name == "models":
             inner = cmd.add_subparsers(dest="models_command", metavar="{fetch,list,hybrid-vl}", required=True)
             for leaf_name, (leaf_help, add, run) in mod.COMMANDS.items():
@@ -160,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         bad = [u for u in unknown if u.startswith("--")]
         if bad:
-            print(f"error: unknown option {bad[0]} (see 'verl train --help')", file=sys.stderr)
+            from verl.cli_flags import did_you_mean
+
+            print(f"error: unknown option {bad[0]}{did_you_mean(bad[0], parser)} (see 'verl train --help')",
+                  file=sys.stderr)
             return 2
         args.overrides = list(args.overrides) + unknown
     if args.config and "=" in args.config and not os.path.exists(args.config):

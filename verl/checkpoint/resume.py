@@ -30,7 +30,8 @@ class ResumePoint:
     """Where a run starts. `path` is None for a fresh start; `finished` means there is
     nothing left to train (global_step >= training.total_steps) and the final save is complete;
     `final_save` means the state at `path` is the last step but the final save a crash cut short
-    must be redone from it; `move_earlier` means an earlier run in save_dir goes to previous_run_N/."""
+    must be redone from it; `move_earlier` means an earlier run in save_dir goes to previous_run_N/;
+    `nothing_to_resume` means `--resume auto` found no full-state checkpoint there, so the run starts anew."""
 
     path: Optional[str] = None
     step: int = 0
@@ -38,6 +39,7 @@ class ResumePoint:
     note: str = ""
     final_save: bool = False
     move_earlier: bool = False
+    nothing_to_resume: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -111,14 +113,14 @@ def resolve_resume(cfg, warn=print) -> ResumePoint:
 
 
 def _new_run(cfg, note: str = "", allow_earlier: bool = False, path: Optional[str] = None,
-             step: int = 0) -> ResumePoint:
+             step: int = 0, nothing_to_resume: bool = False) -> ResumePoint:
     """A run that does not continue the one in save_dir: refused over an earlier run unless
     checkpoint.overwrite (or `allow_earlier`); the earlier run then moves to previous_run_N/."""
     save_dir = cfg.checkpoint.save_dir
     what = describe_earlier_run(save_dir)
     if what is not None and not (cfg.checkpoint.overwrite or allow_earlier):
         raise earlier_run_refusal(save_dir, what)
-    return ResumePoint(path, step, False, note, move_earlier=what is not None)
+    return ResumePoint(path, step, False, note, move_earlier=what is not None, nothing_to_resume=nothing_to_resume)
 
 
 def _final_done(save_dir: str, step: int) -> Optional[str]:
@@ -169,7 +171,8 @@ def _resolve(cfg, warn) -> ResumePoint:
                 raise ConfigError(f"checkpoint.resume: the run in {ck.save_dir} finished at step {finished_at} but "
                                   "saved no full state to continue from; save it with --save_full_state "
                                   "(or start over with --resume none --overwrite)")
-            return _new_run(cfg, f"no checkpoint in {mgr.root}; starting from step 0", allow_earlier=True)
+            return _new_run(cfg, f"no checkpoint in {mgr.root}; starting from step 0", allow_earlier=True,
+                            nothing_to_resume=True)
         if finished_at is not None and ckpt_step < finished_at:
             warn(f"warning: the run finished at step {finished_at} but its newest full state is step {ckpt_step}; "
                  f"steps {ckpt_step + 1}..{finished_at} will be trained again")

@@ -256,5 +256,9 @@ def prepare_run_dir(save_dir: str, point, warn: Callable[[str], None] = print) -
     if not getattr(point, "move_earlier", False):
         raise earlier_run_refusal(save_dir, what)  # never write over an earlier run
     dest = move_earlier_run(save_dir)
-    warn(f"note: {save_dir} held an earlier run ({what}); moved it to {dest}/ (nothing deleted); "
-         "pass --resume auto to continue a run instead of starting a new one")
+    if getattr(point, "nothing_to_resume", False):  # --resume auto was asked for and found no full state
+        hint = ("--resume auto found no full-state checkpoint to continue from, so this is a new run (a run "
+                "can be continued when it saves one: checkpoint.save_full_every, or --save_full_state)")
+    else:
+        hint = "pass --resume auto to continue a run instead of starting a new one"
+    warn(f"note: {save_dir} held an earlier run ({what}); moved it to {dest}/ (nothing deleted); {hint}")

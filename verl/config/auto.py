@@ -48,9 +48,30 @@ def resolve_auto(cfg, platform: Platform) -> list[str]:
         t.critic_lr = 10 * t.lr
     if t.mini_batch_size is None:  # one optimizer step per batch: prompts x samples sequences
         t.mini_batch_size = t.batch_size * r.n
+    if t.micro_batch_size is None:
+        t.micro_batch_size, t.micro_note = _default_micro_batch(t.mini_batch_size)
     if ck.save_dir is None:
         ck.save_dir = _default_output_dir(cfg)
     return cfg.auto_notes()
+
+
+DEFAULT_MICRO_BATCH = 4  # sequences per forward/backward when training.micro_batch_size is left on auto
+
+
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest d <= cap dividing n: a micro-batch that splits n sequences evenly."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def _default_micro_batch(mini_batch_size: int) -> tuple[int, str]:
+    """training.micro_batch_size: auto -> (size, the line the run logs when it is not the usual 4). A
+    mini-batch of 2 or 6 sequences gets micro-batches of 2 or 3; micro-batching changes memory and speed,
+    not results (the gradients of a mini-batch are summed over its micro-batches)."""
+    micro = largest_divisor_at_most(mini_batch_size, DEFAULT_MICRO_BATCH)
+    if micro == DEFAULT_MICRO_BATCH:
+        return micro, ""
+    return micro, (f"training.micro_batch_size: auto -> {micro} (the usual {DEFAULT_MICRO_BATCH} does not divide "
+                   f"training.mini_batch_size {mini_batch_size}; set it to choose another)")
 
 
 def _default_output_dir(cfg) -> str:
@@ -68,7 +89,9 @@ def _default_engine(cfg, platform: Platform) -> tuple[str, str]:
     if cfg.rollout.uses_hf_only_keys:
         return "hf", "rollout.name: auto -> hf (Hugging Face-only rollout keys are set)"
     if not platform.vllm:
-        return "hf", "rollout.name: auto -> hf on the GPU: vLLM is not installed (pip install 'verl[vllm]')"
+        from verl.install_hint import pip_extra
+
+        return "hf", f"rollout.name: auto -> hf on the GPU: vLLM is not installed ({pip_extra('vllm')})"
     return "vllm", "rollout.name: auto -> vllm (a CUDA device and vLLM are here; rollout.name: hf to choose HF)"
 
 

@@ -127,4 +127,6 @@ def load_config(path: Optional[str] = None, overrides: Optional[list[str]] = Non
     data = read_yaml(path) if path else {}
     if path:
         data = resolve_relative_paths(data, os.path.dirname(os.path.abspath(path)))
-    return config_from_dict(data, overrides)
+    config = config_from_dict(data, overrides)
+    config.data.config_file = path or ""
+    return config

@@ -11,6 +11,7 @@ from __future__ import annotations
 from verl.config.keys import at_most
 from verl.config.rollout import MAX_SEQUENCES_PER_STEP
 from verl.errors import ConfigError
+from verl.install_hint import pip_extra
 
 
 def check(cfg) -> None:
@@ -76,8 +77,8 @@ def check_platform(cfg, platform) -> None:
                               "e.g. RMSNorm, have no float32 path); use model.dtype: bfloat16 (the actor keeps float32 "
                               "master weights under autocast) or rollout.name: vllm")
         if not platform.sglang:
-            raise ConfigError("rollout.name: sglang needs SGLang, which is not installed: pip install 'verl[sglang]' "
-                              "(it cannot share an environment with verl[vllm])")
+            raise ConfigError(f"rollout.name: sglang needs SGLang, which is not installed: {pip_extra('sglang')} "
+                              "(it cannot share an environment with the vllm extra)")
     if a.enable and a.engine_priority == "high" and not platform.gpu:
         raise ConfigError(f"async_training.engine_priority: high is a CUDA stream priority and device is "
                           f"{where}; set it to normal")

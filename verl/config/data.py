@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from verl.config.keys import Section, at_most, key
+from verl.config.keys import Section, at_most, derived, key
 from verl.config.rollout import MAX_TOKENS
 from verl.errors import ConfigError
 
@@ -46,6 +46,9 @@ class DataConfig(Section):
     val_top_k: Optional[int] = key(None, ge=0, resume_safe=True)  # 0 = off
     val_max_samples: int = key(256, resume_safe=True)
     baseline_prompt: Optional[str] = key("Explain reinforcement learning in one sentence.", resume_safe=True)
+    # the YAML file the config came from ('' for none): a missing data file's error says where relative paths
+    # were looked for (verl/config/paths.py reads them from that file's folder first, then the working directory)
+    config_file: str = derived("")
 
     def validate(self, path: str) -> None:
         at_most(self.max_prompt_length, MAX_TOKENS, f"{path}.max_prompt_length", "no model's context is that long")

@@ -64,8 +64,22 @@ class Config(Section):
 
     def auto_notes(self) -> list[str]:
         """What auto chose on this platform (model.dtype, rollout.name, the update's speed switches), the
-        lines the run logs at its start (none on the CPU)."""
-        return [n for n in (self.model.dtype_note, self.rollout.auto_note, self.training.auto_note) if n]
+        lines the run logs at its start (none on the CPU), and a micro-batch other than the usual one."""
+        notes = (self.model.dtype_note, self.rollout.auto_note, self.training.auto_note, self.training.micro_note)
+        return [n for n in notes if n]
+
+    def carry_derived(self, earlier: "Config") -> "Config":
+        """This config, rebuilt from `earlier.to_dict()` (plus new values), with `earlier`'s derived fields
+        (what auto chose, its notes, the config file): to_dict wrote auto's choices as plain values, so the
+        rebuild chose nothing itself and its own derived fields are their defaults."""
+        for f in dataclasses.fields(self):
+            section, before = getattr(self, f.name), getattr(earlier, f.name)
+            if not isinstance(section, Section):
+                continue
+            for field in dataclasses.fields(section):
+                if field.metadata.get("derived") and getattr(section, field.name) == field.default:
+                    setattr(section, field.name, getattr(before, field.name))
+        return self
 
     def to_dict(self) -> dict:
         """The keys as plain data (what a checkpoint saves and the tracker logs); derived fields are left out."""

@@ -15,7 +15,9 @@ class TrainingConfig(Section):
     batch_size: int = key(8, ge=1)  # prompts per step
     num_epochs: int = key(1, ge=1)  # passes over each rollout batch (PPO epochs)
     mini_batch_size: Optional[int] = key(None, ge=1)  # sequences per optimizer step; None = whole batch
-    micro_batch_size: int = key(4, ge=1, resume_safe=True)  # sequences per forward/backward
+    # sequences per forward/backward; None = auto: 4, or the largest divisor of mini_batch_size below 4
+    # (micro-batching splits the same update, so only memory and speed depend on it; a note says so)
+    micro_batch_size: Optional[int] = key(None, ge=1, resume_safe=True)
     max_tokens_per_micro_batch: Optional[int] = key(None, ge=1, resume_safe=True)  # token-budget micro-batching
     # Padding-free micro-batches (verl.workers.packing). None = auto: packed on a CUDA device (the
     # single-process backend), padded on the CPU and under Ray; a model that cannot be packed then
@@ -40,6 +42,7 @@ class TrainingConfig(Section):
     # single-process actor on a CUDA device, off on the CPU and under Ray.
     logprob_keep_logits: Optional[bool] = key(None, resume_safe=True)
     auto_note: str = derived("")  # what auto chose for the update's speed switches, on a GPU (logged)
+    micro_note: str = derived("")  # the micro-batch auto chose, when it is not the usual 4 (logged)
     # One optimizer step per batch (num_epochs 1, one mini-batch, no KL in the reward): pi_old is the
     # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
     old_log_probs_from_update: bool = True

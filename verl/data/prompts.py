@@ -18,6 +18,7 @@ the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Optional
 
 import torch
@@ -68,8 +69,9 @@ def inline_rows(prompts: list, data_cfg) -> list[PromptRow]:
     return rows
 
 
-def load_prompt_rows(data_cfg, files: Any = None) -> list[PromptRow]:
-    """The prompt rows of `files` (paths and/or `datasets.Dataset`s; default `data.train_files`).
+def load_prompt_rows(data_cfg, files: Any = None, key: str = "data.train_files") -> list[PromptRow]:
+    """The prompt rows of `files` (paths and/or `datasets.Dataset`s; default `data.train_files`); `key`: the
+    config key that named them, for the error of a missing file.
 
     With no files: the inline `data.prompts`, else `DEFAULT_PROMPTS`.
     Raises `DataError` naming the file and line/row for any bad input.
@@ -79,11 +81,27 @@ def load_prompt_rows(data_cfg, files: Any = None) -> list[PromptRow]:
     if files is not None and not isinstance(files, (list, tuple)):
         files = [files]  # one path or one Dataset
     if files:
+        for f in files:
+            if isinstance(f, (str, os.PathLike)) and not os.path.exists(f):
+                raise DataError(missing_file_line(key, os.fspath(f), data_cfg.config_file))
         return read_many(files, data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key)
     if data_cfg.prompts:
         return inline_rows(data_cfg.prompts, data_cfg)
     return [PromptRow(prompt=p, data_source="default", origin=f"DEFAULT_PROMPTS[{i}]")
             for i, p in enumerate(DEFAULT_PROMPTS)]
+
+
+def missing_file_line(key: str, path: str, config_file: str) -> str:
+    """The one line for a data file that is not there: the key, the path as written and, for a relative path
+    from a config file, the two places it was looked for (verl/config/paths.py)."""
+    line = f"{key}: {path}: no such file"
+    if config_file and not os.path.isabs(path):
+        folder = os.path.dirname(os.path.abspath(config_file))
+        line += (f" (a relative path in {config_file} is read from that file's folder, {folder}, then from the "
+                 f"working directory, {os.getcwd()}; it is in neither)")
+    elif not os.path.isabs(path):
+        line += f" (relative to the working directory, {os.getcwd()})"
+    return line
 
 
 # ---------------------------------------------------------------------------
@@ -307,5 +325,5 @@ def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] =
     rows = load_prompt_rows(cfg.data) if train_rows is None else train_rows
     train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools)
     if val_rows is None and cfg.data.val_files:
-        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files)
+        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files, key="data.val_files")
     return train, (None if val_rows is None else list(val_rows)[: cfg.data.val_max_samples])

@@ -52,7 +52,9 @@ def _ray():
     try:
         import ray
     except ImportError as exc:
-        raise ImportError("distributed.backend: ray needs Ray; install it with pip install 'verl[ray]'") from exc
+        from verl.install_hint import pip_extra
+
+        raise ImportError(f"distributed.backend: ray needs Ray; install it with {pip_extra('ray')}") from exc
     return ray
 
 

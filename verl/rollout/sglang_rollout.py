@@ -52,13 +52,15 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
+from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 
-INSTALL_HINT = ("rollout.name: sglang needs SGLang; install it with pip install 'verl[sglang]' "
-                "(a CUDA GPU; it cannot share an environment with verl[vllm])")
+
+INSTALL_HINT = (f"rollout.name: sglang needs SGLang; install it with {pip_extra('sglang')} "
+                "(a CUDA GPU; it cannot share an environment with the vllm extra)")
 NO_GPU_HINT = ("rollout.name: sglang needs a CUDA GPU (SGLang has no CPU build); "
                "use rollout.name: vllm or rollout.name: hf")
 

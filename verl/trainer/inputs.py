@@ -103,7 +103,7 @@ def attach_inputs(config: Config, *, reward_funcs: Any = None, reward_weights: A
             paths, rows, description = resolve_dataset(value, config.data, arg)
             data["data"][files_key], data["data"][source_key] = paths, description
             setattr(inputs, rows_attr, rows)
-    new = config_from_dict(data)
+    new = config_from_dict(data).carry_derived(config)
     if inputs.functions and new.distributed.backend == "ray":
         if any(rf.type == "huggingface_rm" for _, rf in _reward_sections(new.reward_fn)):
             raise ConfigError("reward_funcs: with a huggingface_rm component under distributed.backend: ray the "

@@ -73,32 +73,38 @@ def _print_error(message) -> None:
 
 
 def run_guarded(fn, debug: bool) -> int:
-    """User mistakes -> one line, exit 2; divergence/OOM -> one line, exit 1."""
-    if debug:
-        return fn()
+    """User mistakes -> one line, exit 2; divergence/OOM -> one line, exit 1. `debug` prints the
+    traceback before that line; the exit code stays the same (a script checking for 2 works either way)."""
     try:
         return fn()
-    except _user_errors() as exc:
-        _print_error(exc)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - turned into one line, traceback with --debug
-        from verl.checkpoint.manager import CheckpointError
-        from verl.trainer.errors import TrainingDiverged
+        if debug:
+            import traceback
 
-        if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
-            _print_error(exc)
-            return 2
-        if isinstance(exc, TrainingDiverged):
-            _print_error(exc)
-            return 1
-        if _is_oom(exc):
-            _print_error(OOM_HINT)
-            return 1
-        _print_error(f"{type(exc).__name__}: {one_line(str(exc))} (run with --debug for the traceback)")
-        return 1
+            traceback.print_exc()
+        code, message = _classify(exc, debug)
+        _print_error(message)
+        return code
+
+
+def _classify(exc: BaseException, debug: bool = False) -> tuple[int, str]:
+    """(exit code, the one line) for an exception that ended a command."""
+    if isinstance(exc, _user_errors()):
+        return 2, str(exc)
+    from verl.checkpoint.manager import CheckpointError
+    from verl.trainer.errors import TrainingDiverged
+
+    if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
+        return 2, str(exc)
+    if isinstance(exc, TrainingDiverged):
+        return 1, str(exc)
+    if _is_oom(exc):
+        return 1, OOM_HINT
+    hint = "" if debug else " (run with --debug for the traceback)"
+    return 1, f"{type(exc).__name__}: {one_line(str(exc))}{hint}"
 
 
 def one_line(message: str, limit: int = 400) -> str:

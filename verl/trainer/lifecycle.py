@@ -30,6 +30,11 @@ from verl.signals import (Interrupted, StopTraining, abandon_if_stopped, checkpo
                                   stop_requested)
 
 
+BASELINE_NOTE = ("baseline: data.baseline_prompt is answered greedily before training and again after it, the same "
+                 "prompt both times, to compare by eye (a tiny or untrained model's answer may be off-topic; "
+                 "data.baseline_prompt: null skips it)")
+
+
 class RunLifecycle:
     def __init__(self, trainer, resume_point):
         """resume_point: where the run starts (fresh, a checkpoint, already finished), settled before
@@ -141,10 +146,24 @@ class RunLifecycle:
                 raise StopTraining(f"{exc}; nothing was trained yet, so there is nothing to save") from None
 
     def _baseline(self, when: str) -> None:
+        """data.baseline_prompt's greedy answer before training and after it (text.jsonl, the report), and on
+        the console with what it is for: the same prompt answered before and after, to compare by eye."""
         answer = self.validator.baseline_answer()
-        if answer is not None:
-            prompt = self.trainer.config.data.baseline_prompt
-            self.tracker.log_text(f"baseline/{when}", f"{prompt} -> {answer}", self.trainer.global_step)
+        if answer is None:
+            return
+        t = self.trainer
+        prompt = t.config.data.baseline_prompt
+        self.tracker.log_text(f"baseline/{when}", f"{prompt} -> {answer}", t.global_step, quiet=True)
+        if "console" not in t.config.logging.backends:
+            return
+        if when == "before":
+            self._baseline_before = answer
+            self._say(BASELINE_NOTE)
+            self._say(f"[baseline before training] {prompt!r} -> {answer!r}")
+        else:
+            before = getattr(self, "_baseline_before", None)
+            was = f" (before training: {before!r})" if before is not None else ""
+            self._say(f"[baseline after step {t.global_step}] {prompt!r} -> {answer!r}{was}")
 
     def _out_of_time(self) -> bool:
         """training.max_minutes: stop (with final validation and save) once the budget is spent."""

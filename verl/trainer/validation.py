@@ -22,11 +22,14 @@ from verl.batch import Batch
 from verl.data.prompts import PromptLoader, render_prompt, uses_chat_template
 from verl.rollout.base import SamplingParams
 from verl.signals import abandon_if_stopped, phase
+from verl.tracking.heartbeat import Heartbeat
 
 CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as correct
 
 
 class Validator:
+    heartbeat_s = 10.0  # a progress line this often while a validation pass runs (CPU passes take minutes)
+
     def __init__(self, engine, reward, tokenizer, config, val_rows, tool_schemas, *, say, log_samples):
         """engine: the rollout engine as the trainer's thread calls it (behind the producer's lock in
         asynchronous mode); reward: the RewardManager; val_rows: the held-out rows (none: disabled);
@@ -71,10 +74,15 @@ class Validator:
             n_rows = len(self.val_rows)
             self.say(f"validating on {n_rows} held-out prompt{'s' if n_rows != 1 else ''} (greedy) before "
                      f"step 1; again every training.val_every={cfg.training.val_every} steps")
-        for prompts in self.loader.one_pass():
-            abandon_if_stopped(where)
-            with phase(where):
-                self._score_batch(prompts, scores, logged, num_samples_logged)
+        done = [0]  # prompts answered so far, read by the heartbeat's thread
+        total = len(self.loader.rows)
+        with Heartbeat(self.say, lambda: f"{done[0]}/{total} held-out prompts answered", "validating",
+                       every_s=self.heartbeat_s):
+            for prompts in self.loader.one_pass():
+                abandon_if_stopped(where)
+                with phase(where):
+                    self._score_batch(prompts, scores, logged, num_samples_logged)
+                done[0] += len(prompts)
         metrics = {f"val/{src}/{name}": sum(v) / len(v) for src, d in scores.items() for name, v in d.items()}
         self.log_samples(step, logged)
         return metrics
