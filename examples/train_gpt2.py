@@ -1,4 +1,4 @@
-# train_gpt2.py -- the seed tutorial's first script (section 3.2), unchanged.
+# train_gpt2.py -- the tutorial's first script (section 3.2), unchanged.
 from verl.trainer import create_trainer
 from verl.utils import load_config
 

@@ -1,7 +1,7 @@
 """The install line for an optional part of verl (an engine, a tracker, Ray), said in one place.
 
 The package index's `verl` is another project (volcengine's, called "real verl" in these docs), which uses
-the same import name: `pip install 'verl[vllm]'` would install it, not this one. This project installs from
+the same import name: `pip install 'verl[vllm]'` would install real verl, not this one. This project installs from
 its checkout (its distribution is named `verl-rl`, a name no one else uses on the index), so the hint names
 the checkout's folder when verl runs from one.
 """

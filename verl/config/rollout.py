@@ -74,8 +74,8 @@ class RolloutConfig(Section):
     # None: vLLM's own default); a prompt with more is a one-line error naming this key
     limit_images: Optional[int] = key(None, ge=1, resume_safe=True)
     kv_cache_gb: float = key(1.0, gt=0, resume_safe=True)  # CPU KV cache size for vLLM (VLLM_CPU_KVCACHE_SPACE)
-    # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling costs ~70 s at
-    # engine start; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
+    # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling adds ~15 s to
+    # engine start, docs/vllm.md; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
     enforce_eager: Optional[bool] = key(None, resume_safe=True)
     # Importance correction engine -> pi_old (verl/algorithms/off_policy.py); 0 = off. is_mode truncate:
     # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0

@@ -148,7 +148,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         if enforce_eager is None:
             enforce_eager = getattr(rollout_cfg, "enforce_eager", None)
         if enforce_eager is None:
-            # CPU: torch.compile costs ~70 s per engine start (SmolLM2-135M), for ~1.3x faster
+            # CPU: torch.compile adds ~15 s to each engine start (docs/vllm.md), for ~1.3x faster
             # decoding: worth it for long runs only (rollout.enforce_eager: false); GPU: CUDA graphs pay off.
             enforce_eager = self.on_cpu
         kwargs = dict(
