@@ -6,7 +6,8 @@ tests compare against (tests/test_algorithms_real_verl.py). Real verl's package 
 
 cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's registered name, ...
 tensors and settings} or {"kind": "score", "data_source", "response", "ground_truth"}; results.pt:
-one dict per case (loss and d loss / d log_probs, advantages and returns, or the score). Only real verl's public registry functions are called; nothing of its
+one dict per case (loss and d loss / d log_probs, advantages and returns, or the score and a dict
+result's other entries). Only real verl's public registry functions are called; nothing of its
 code is copied into the project.
 """
 
@@ -63,10 +64,17 @@ def _run_adv(case):
 
 
 def _run_score(case):
-    """Real verl's default reward for a data_source (its default_compute_score routing and scorer)."""
+    """Real verl's default reward for a data_source (its default_compute_score routing and scorer):
+    {"score"} for a number, {"score", "acc", "pred"} for a dict result, {"error": type name} when it raises."""
     from verl.utils.reward_score import default_compute_score
 
-    return {"score": float(default_compute_score(case["data_source"], case["response"], case["ground_truth"]))}
+    try:
+        res = default_compute_score(case["data_source"], case["response"], case["ground_truth"])
+    except Exception as exc:  # e.g. NotImplementedError for a data_source it does not know
+        return {"error": type(exc).__name__}
+    if isinstance(res, dict):
+        return {"score": float(res["score"]), **{k: v for k, v in res.items() if k != "score"}}
+    return {"score": float(res)}
 
 
 RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c)}

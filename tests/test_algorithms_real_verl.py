@@ -7,37 +7,18 @@ Where the project follows the paper instead of real verl, the test says so and c
 difference is exactly that (singleton groups; GPG's alpha; GMPO's empty rows).
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import torch
+from real_verl_runner import run_real_verl
 
 from verl.algorithms.advantages import compute_advantages
 from verl.algorithms.group_baselines import compute_gpg
 from verl.algorithms.policy_losses import compute_policy_loss
 
-REAL_VERL_DIR = Path(os.environ.get("VERL_REAL_VERL_DIR", Path.home() / ".cache/verl/real_verl-0.9.1"))
-ORACLE = Path(__file__).with_name("real_verl_oracle.py")
 PARAMS = dict(tau_pos=1.0, tau_neg=1.05, clip_cov_ratio=0.05, clip_cov_lb=0.2, clip_cov_ub=5.0, kl_cov_ratio=0.05,
               ppo_kl_coef=1.0)
 SHAPES = [(4, 6), (8, 16), (16, 5)]
-
-
-def run_real_verl(cases: list, tmp_path: Path) -> list:
-    if not (REAL_VERL_DIR / "verl" / "trainer" / "ppo" / "core_algos.py").exists():
-        pytest.fail(f"real verl is not installed at {REAL_VERL_DIR}: run `bash scripts/install_cpu.sh --test` "
-                    "(or set VERL_REAL_VERL_DIR)")
-    cases_path, results_path = tmp_path / "cases.pt", tmp_path / "results.pt"
-    torch.save(cases, cases_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, str(ORACLE), str(REAL_VERL_DIR), str(cases_path), str(results_path)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(results_path, weights_only=False)
 
 
 def random_mask(g: torch.Generator, b: int, r: int, holes: bool) -> torch.Tensor:
