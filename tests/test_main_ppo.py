@@ -85,12 +85,12 @@ def test_quickstart_trains_tiny_model_and_resume_auto_finds_it_done(tmp_path, ca
                                                                                                 False, 1.0)
     assert (a["clip_ratio_c"], a["cliprange_value"]) == (3.0, 0.5)  # real verl's defaults, not ours
     assert cfg["rollout"]["max_new_tokens"] == 4 and cfg["critic"]["name"] is None  # critic = the actor's model
-    assert (cfg["reward_fn"]["type"], cfg["reward_fn"]["strict"]) == ("gsm8k", True)  # by data_source openai/gsm8k
+    assert cfg["reward_fn"]["type"] == "by_data_source"  # openai/gsm8k rows: real verl's GSM8K rule, exactly
     assert cfg["checkpoint"]["save_full_every"] == 2 and cfg["checkpoint"]["resume"] == "auto"
     assert cfg["logging"]["backends"] == ["console", "jsonl"] and cfg["device"] == "cpu"
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    train_rows = [r for r in rows if "reward/gsm8k" in r]
+    train_rows = [r for r in rows if "reward/by_data_source" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
     assert [r["step"] for r in rows if "val/openai/gsm8k/acc@1" in r] == [0, 2]  # test_freq=2
     assert (out / "checkpoints" / "step_000002").is_dir()  # save_freq=2: a resumable checkpoint

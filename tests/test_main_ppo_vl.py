@@ -3,19 +3,15 @@
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from real_verl_runner import require_real_verl, run_real_verl
 
 from verl.compat.translate import load_translated, translate
 from verl.rewards.geo3k import answers_equal, geo3k_score, is_formatted, last_boxed
 from verl.trainer import example_scripts as es
 from verl.trainer.main_ppo import main
 
-REAL_VERL_DIR = Path(os.environ.get("VERL_REAL_VERL_DIR", Path.home() / ".cache/verl/real_verl-0.9.1"))
-ORACLE = Path(__file__).with_name("real_verl_oracle.py")
 VL = "tiny:qwen2_5_vl"
 
 
@@ -215,18 +211,9 @@ def _oracle_cases():
 def test_geo3k_equals_real_verls_scorer(tmp_path):
     """Real verl 0.9.1's default_compute_score for hiyouga/geometry3k (its geo3k.py with mathruler
     0.1.0), run apart (tests/real_verl_oracle.py), gives our score on every case."""
-    import torch
-
-    if not (REAL_VERL_DIR / "verl" / "utils" / "reward_score" / "geo3k.py").exists() or not (
-            REAL_VERL_DIR / "mathruler").is_dir():
-        pytest.fail(f"real verl 0.9.1 with mathruler is not installed at {REAL_VERL_DIR}: run "
-                    "`bash scripts/install_cpu.sh --test` (or set VERL_REAL_VERL_DIR)")
+    require_real_verl("mathruler")
     cases = _oracle_cases()
-    torch.save(cases, tmp_path / "cases.pt")
-    done = subprocess.run([sys.executable, str(ORACLE), str(REAL_VERL_DIR), str(tmp_path / "cases.pt"),
-                           str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    real = [r["score"] for r in torch.load(tmp_path / "out.pt")]
+    real = [r["score"] for r in run_real_verl(cases, tmp_path)]
     ours = [geo3k_score(c["response"], c["ground_truth"]) for c in cases]
     differ = [(c["response"], c["ground_truth"], a, b) for c, a, b in zip(cases, ours, real) if a != pytest.approx(b)]
     assert not differ
@@ -237,7 +224,7 @@ def test_by_data_source_routes_geo3k():
     from verl.config import RewardFnConfig
     from verl.rewards.by_data_source import build_by_data_source, scorer_for
 
-    assert scorer_for("hiyouga/geometry3k") == ("geo3k", {})
+    assert scorer_for("hiyouga/geometry3k") == "geo3k"
     fn = build_by_data_source(RewardFnConfig(type="by_data_source"))
     samples = [{"data_source": "hiyouga/geometry3k", "ground_truth": "3"},
                {"data_source": "openai/gsm8k", "ground_truth": "3"}]

@@ -1,11 +1,16 @@
-"""`math_dapo` (real verl's DAPO-Math scorer) and its routing by data_source (verl/rewards/math_dapo.py)."""
+"""`math_dapo` (real verl's DAPO-Math scorer, verl/rewards/real_verl_scores/math_dapo.py) and its routing by
+data_source; tests/test_rewards_real_verl.py compares it with real verl's own code on many more cases."""
 
 import pytest
 
 from verl.config import RewardFnConfig, build_section
 from verl.rewards.by_data_source import scorer_for
 from verl.rewards.manager import RewardManager
-from verl.rewards.math_dapo import dapo_correct, normalize_final_answer
+from verl.rewards.real_verl_scores.math_dapo import judge, normalize_final_answer
+
+
+def dapo_correct(response: str, truth: str) -> bool:
+    return judge(response, truth)[0]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -29,11 +34,22 @@ def test_answer_line_then_last_box_in_the_tail():
     assert not dapo_correct("\\boxed{7}" + "x" * 100, "7")  # the box must be within the last 100 characters
     assert not dapo_correct("Answer: 7" + "x" * 300, "7")  # only the last 300 characters are read
     assert not dapo_correct("no answer at all", "7")
+    # real verl's own boxes only: '\\boxed{...}' exactly, the last one (not a later '\\boxed 9' or '\\fbox{9}')
+    assert dapo_correct("\\boxed{7} \\boxed 9", "7") and dapo_correct("\\boxed{7} \\fbox{9}", "7")
+    assert not dapo_correct("\\boxed 7", "7") and not dapo_correct("\\fbox{7}", "7")
+
+
+def test_invalid_answer_line_falls_back_to_the_box_and_pred_is_reported():
+    # 'Answer: [INVALID]' normalizes to '[INVALID]', real verl's marker for "no answer line": the box decides
+    assert judge("Answer: [INVALID]\n\\boxed{7}", "7") == (True, "7")
+    assert judge("Answer: $1,000$", "1000") == (True, "1000")  # pred: the normalized answer
+    assert judge("nothing", "7") == (False, "[INVALID]")
+    assert judge("nothing", "[INVALID]") == (True, "[INVALID]")  # a truth that normalizes to the marker
 
 
 def test_scores_are_plus_minus_one_and_routed_by_data_source():
-    assert scorer_for("math_dapo") == ("math_dapo", {}) and scorer_for("aime_2025") == ("math_dapo", {})
-    assert scorer_for("openai/gsm8k") == ("gsm8k", {"strict": True}) and scorer_for("numina_olympiads") is None
+    assert scorer_for("math_dapo") == "math_dapo" and scorer_for("aime_2025") == "math_dapo"
+    assert scorer_for("openai/gsm8k") == "gsm8k" and scorer_for("numina_olympiads") is None
     manager = RewardManager(build_section(RewardFnConfig, {"type": "by_data_source"}, "reward_fn"))
     samples = [{"ground_truth": "7", "data_source": "math_dapo"}, {"ground_truth": "7", "data_source": "aime2024"},
                {"ground_truth": "7", "data_source": "openai/gsm8k"}]
@@ -41,3 +57,4 @@ def test_scores_are_plus_minus_one_and_routed_by_data_source():
     # right (1), wrong (-1: DAPO's reward), wrong gsm8k answer (0)
     assert scores == [1.0, -1.0, 0.0]
     assert (metrics["reward/math_dapo/mean"], metrics["reward/aime2024/mean"]) == (1.0, -1.0)
+    assert metrics["reward/by_data_source/acc"] == 0.5  # DAPO's acc over its two rows (the gsm8k row has none)

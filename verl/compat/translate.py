@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import os
 import re
 import typing
@@ -270,9 +269,10 @@ def _apply(ctx: Context, items: list, phase: int, notes: list) -> None:
 
 
 def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
-    """Real verl scores each row by its data_source (default_compute_score): one source's scorer,
-    or `by_data_source` (verl.rewards.by_data_source) routing each row when the rows mix sources."""
-    from verl.rewards.by_data_source import KNOWN, scorer_for
+    """Real verl scores each row by its data_source (default_compute_score): `by_data_source`
+    (verl.rewards.by_data_source, real verl's scorers re-implemented exactly), or the one scorer's
+    own reward type when every row uses the same one and it is a type (math_dapo, geo3k)."""
+    from verl.rewards.by_data_source import KNOWN, reward_type_for, scorer_for
 
     sources: dict[str, str] = {}  # data_source -> the first row naming it
     for row in list(ctx.train_rows()) + list(val_rows):
@@ -281,21 +281,12 @@ def _pick_reward(ctx: Context, val_rows: list, notes: list) -> dict:
                               f"not built in here (built in: {KNOWN}); give custom_reward_function.path=FILE.py "
                               f"(its compute_score) or reward_fn.type (docs/rewards.md)")
         sources.setdefault(row.data_source, row.origin)
-    rewards = {}  # data_source -> our reward_fn keys (real verl's scorers: format_score 0)
-    for src in sources:
-        reward_type, settings = scorer_for(src)
-        rewards[src] = {"reward_fn.type": reward_type, **{f"reward_fn.{k}": v for k, v in settings.items()},
-                        "reward_fn.format_score": 0.0}
-    if len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1:
-        choice = next(iter(rewards.values()))
-        detail = {"gsm8k": "format_score 0, strict '#### n'", "math": "format_score 0",
-                  "math_dapo": "1 right, -1 wrong", "geo3k": "0.9 right + 0.1 <think> format"}[choice["reward_fn.type"]]
-        notes.append(f"reward: {choice['reward_fn.type']} ({detail}) for data_source {', '.join(sources)}, as real "
-                     f"verl's default_compute_score")
-        return choice
-    notes.append(f"reward: by_data_source, each row by its data_source ({', '.join(sources)}), as real verl's "
-                 f"default_compute_score; reward/<data_source>/mean per source")
-    return {"reward_fn.type": "by_data_source", "reward_fn.format_score": 0.0}
+    reward_type = reward_type_for(sources)
+    scorers = ", ".join(dict.fromkeys(scorer_for(s) for s in sources))
+    notes.append(f"reward: {reward_type} (real verl's {scorers} rule{'s' if ',' in scorers else ''}, exactly) for "
+                 f"data_source {', '.join(sources)}, as real verl's default_compute_score"
+                 + ("; reward/<data_source>/mean per source" if len(sources) > 1 else ""))
+    return {"reward_fn.type": reward_type, "reward_fn.format_score": 0.0}
 
 
 def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown: Optional[list],
