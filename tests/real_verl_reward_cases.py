@@ -51,6 +51,8 @@ def gsm8k_cases() -> list[dict]:
     for t, (before, after) in product(["72", "5"], [(0, 400), (0, 290), (0, 200), (4, 0), (4, 1), (4, 4)]):
         cases.append(dict(data_source="openai/gsm8k", response=FILLER * before + f"#### {t}" + "x" * after,
                           ground_truth=t))
+    for k in range(288, 299):  # '#### 72' then k characters: inside the 300-character tail up to k = 293
+        cases.append(dict(data_source="openai/gsm8k", response=FILLER + "#### 72" + "." * k, ground_truth="72"))
     for first, last in [("72", "5"), ("5", "72")]:  # two markers far apart: the first is out of the tail
         cases.append(dict(data_source="openai/gsm8k", response=f"#### {first}\n" + FILLER * 5 + f"#### {last}",
                           ground_truth="72"))
@@ -167,6 +169,10 @@ def dapo_cases() -> list[dict]:
         for form in ["Answer: 13", "\\boxed{13}"]:
             cases.append(dict(data_source="math_dapo", response=FILLER * before + form + "x" * after,
                               ground_truth="13"))
+    for k in range(86, 95):  # a box then k characters: within the last 100 up to k = 90
+        cases.append(dict(data_source="math_dapo", response=FILLER + "\\boxed{13}" + "." * k, ground_truth="13"))
+    for k in range(285, 294):  # an Answer line then k characters: within the last 300 up to k = 289
+        cases.append(dict(data_source="math_dapo", response=FILLER + "Answer: 13\n" + "." * k, ground_truth="13"))
     for response in ["", "Answer:", "Answer: ", "Answer: [INVALID]", "\\boxed{}", "Answer: 13" + "\n" * 5,
                      "x" * 10000 + "Answer: 13", "Answer: 13 🎉", "答案 Answer: 13", "Answer: １３", "Answer: 1 3",
                      "Answer: 13\r\n", "Answer: $13", "Answer: 13$", "Answer: \\boxed{13", "Answer: =13",
