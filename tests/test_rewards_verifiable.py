@@ -1,4 +1,5 @@
-"""Verifiable math rewards: pure extraction/comparison helpers and the scorers."""
+"""Our lenient verifiable math rewards (gsm8k, math, number, format): pure extraction/comparison helpers
+and the scorers. Numbers compare exactly by value (no tolerance)."""
 
 import pytest
 import torch
@@ -39,8 +40,11 @@ def test_extract_last_number(text, expected):
 
 
 @pytest.mark.parametrize("a,b,equal", [
-    ("3.0", "3", True), ("-0.50", "-.5", True), ("1234", "1234.0000001", True), ("7", "8", False),
-    (None, "3", False), ("abc", "3", False),
+    ("3.0", "3", True), ("-0.50", "-.5", True), ("0.", "0", True), ("00", "0", True), (".5", "0.5", True),
+    ("７２", "72", True),  # fullwidth digits read as digits (lenient)
+    ("1234", "1234.0000001", False), ("1000001", "1000000", False),  # exact: no tolerance to exploit
+    ("0.1", "0.10000000000000001", False),  # equal as floats, not as decimals
+    ("7", "8", False), (None, "3", False), ("abc", "3", False), ("inf", "inf", False), ("nan", "nan", False),
 ])
 def test_numbers_equal(a, b, equal):
     assert numbers_equal(a, b) is equal
@@ -64,6 +68,9 @@ def test_extract_boxed(text, expected):
     (r"90^\circ", "90", True), (r"\text{(B)}", "(B)", True), ("1,000", "1000", True), ("3.", "3", True),
     (r"\left( 1, 2 \right)", "(1,2)", True), ("2/4", "0.5", True), (r"-\frac{3}{4}", "-0.75", True),
     (r"\frac{1}{3}", "0.33", False), ("", "0", False), (None, "1", False), ("x+1", "x+2", False),
+    ("1000001", "1000000", False), (r"\frac{1000001}{1}", "1000000", False),  # exact values: no tolerance
+    (r"\frac{1}{3}", "0.333333333", False), ("7/2", "3.5", True), (".5", r"\frac{1}{2}", True),
+    ("1/0", "1/0", True), ("1/0", "2/0", False),  # same text is equal; a zero denominator has no value
 ])
 def test_math_answers_equal(pred, truth, equal):
     assert math_answers_equal(pred, truth) is equal
@@ -114,6 +121,21 @@ def test_math_number_format_scores():
     scores, _ = build_reward_manager(RewardFnConfig(type="format")).score(
         _batch(["#### 5", r"\boxed{5}", "5"], []))
     assert scores.tolist() == [1.0, 1.0, 0.0]
+
+
+def test_no_tolerance_hole_in_gsm8k_or_math():
+    """'#### 1000001' against 1000000 scored 1 under the former relative tolerance of 1e-6."""
+    truths = ["1000000", "#### 1000000"]
+    for strict in (True, False):
+        gsm8k = build_reward_manager(RewardFnConfig(type="gsm8k", strict=strict))
+        scores, _ = gsm8k.score(_batch(["#### 1000001", "#### 1,000,000"], truths))
+        assert scores.tolist() == [0.0, 1.0]
+    math = build_reward_manager(RewardFnConfig(type="math"))
+    scores, _ = math.score(_batch([r"\boxed{1000001}", r"\boxed{1,000,000}", r"\boxed{999999.9999}"],
+                                  ["1000000", "1000000", r"\boxed{1000000}"]))
+    assert scores.tolist() == [0.0, 1.0, 0.0]
+    number = build_reward_manager(RewardFnConfig(type="number"))
+    assert number.score(_batch(["it is 1000001", "it is 1000000.0"], truths))[0].tolist() == [0.0, 1.0]
 
 
 def test_missing_ground_truth_is_a_sample_error():

@@ -1,4 +1,11 @@
-"""Verifiable math rewards: GSM8K '#### n' answers, MATH '\\boxed{...}' answers, last number.
+"""Our own lenient verifiable math rewards: GSM8K '#### n' answers, MATH '\\boxed{...}' answers,
+last number (reward types gsm8k, math, number, format).
+
+These are more lenient than real verl's scorers (verl.rewards.real_verl_scores, which
+`by_data_source` and main_ppo use): they read the whole response, accept `####5`, `#### $5` and
+'\\fbox{}', drop thousands commas and `\\text{}`, and compare numbers by *value*: exactly, as
+fractions of the decimals written ('3.0' == '3', '.5' == '0.5' == '1/2'), with no tolerance, so
+'1000001' is not '1000000'.
 
 The extraction and comparison helpers are pure functions (tested on their own):
 
@@ -65,13 +72,21 @@ def extract_gsm8k_answer(text: str, strict: bool = False) -> Optional[str]:
     return None if strict else extract_last_number(text)
 
 
-def numbers_equal(a: Optional[str], b: Optional[str], rel_tol: float = 1e-6) -> bool:
-    """Numeric equality of two number strings ('3.0' == '3', '-0.50' == '-.5')."""
-    try:
-        x, y = float(a), float(b)
-    except (TypeError, ValueError):
-        return False
-    return abs(x - y) <= rel_tol * max(1.0, abs(y))
+def exact_value(text: Optional[str]) -> Optional[Fraction]:
+    """The exact value of a decimal number string ('-.50' -> -1/2), None for anything else (also 'inf', 'nan')."""
+    if text is None:
+        return None
+    t = str(text).strip().replace("\u2212", "-")
+    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)", t):
+        return None
+    return Fraction(t)
+
+
+def numbers_equal(a: Optional[str], b: Optional[str]) -> bool:
+    """Exact numeric equality of two number strings ('3.0' == '3', '-0.50' == '-.5'; '1000001' != '1000000':
+    no tolerance)."""
+    x, y = exact_value(a), exact_value(b)
+    return x is not None and y is not None and x == y
 
 
 def extract_boxed(text: str) -> Optional[str]:
@@ -136,29 +151,28 @@ def normalize_math_answer(s: Optional[str]) -> Optional[str]:
     return s
 
 
-def math_to_number(s: Optional[str]) -> Optional[float]:
-    """Value of a normalised answer that is a number, 'a/b' or '\\frac{a}{b}' (else None)."""
+def math_to_number(s: Optional[str]) -> Optional[Fraction]:
+    """Exact value of a normalised answer that is a number, 'a/b' or '\\frac{a}{b}' (else None)."""
     if not s:
         return None
     m = re.fullmatch(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s) or re.fullmatch(r"(-?)(-?[\d.]+)/(-?[\d.]+)", s)
-    try:
-        if m:
-            value = Fraction(m.group(2)) / Fraction(m.group(3))
-            return float(-value if m.group(1) else value)
-        return float(s)
-    except (ValueError, ZeroDivisionError):
+    if not m:
+        return exact_value(s)
+    num, den = exact_value(m.group(2)), exact_value(m.group(3))
+    if num is None or den is None or den == 0:
         return None
+    return -num / den if m.group(1) else num / den
 
 
 def math_answers_equal(pred: Optional[str], truth: Optional[str]) -> bool:
-    """Equal as normalised strings, or numerically when both parse as numbers."""
+    """Equal as normalised strings, or exactly equal values when both parse as numbers (no tolerance)."""
     a, b = normalize_math_answer(pred), normalize_math_answer(truth)
     if a is None or b is None or a == "":
         return False
     if a == b:
         return True
     x, y = math_to_number(a), math_to_number(b)
-    return x is not None and y is not None and abs(x - y) <= 1e-6 * max(1.0, abs(y))
+    return x is not None and y is not None and x == y
 
 
 def ground_truth_number(ground_truth) -> str:
