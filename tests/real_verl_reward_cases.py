@@ -21,6 +21,17 @@ def _spread(*variants: str) -> list[str]:
     return list(dict.fromkeys(variants))  # keeps order, drops repeats
 
 
+def _crossed(sources: list, truths: list, answers, forms: list) -> list[dict]:
+    """Every truth's answer spellings (answers(truth)) in every form, after REASONING; the data sources
+    taken in turn."""
+    cases = []
+    for t in truths:
+        for a, form in product(answers(t), forms):
+            cases.append(dict(data_source=sources[len(cases) % len(sources)], response=REASONING + form.format(a=a),
+                              ground_truth=t))
+    return cases
+
+
 # ---------------------------------------------------------------------------- openai/gsm8k
 
 GSM8K_TRUTHS = ["72", "0", "1000", "1000000", "-3", "0.5", "18", "5"]
@@ -43,10 +54,7 @@ GSM8K_FORMS = [
 
 
 def gsm8k_cases() -> list[dict]:
-    cases = []
-    for t in GSM8K_TRUTHS:
-        for a, form in product(_gsm8k_answers(t), GSM8K_FORMS):
-            cases.append(dict(data_source="openai/gsm8k", response=REASONING + form.format(a=a), ground_truth=t))
+    cases = _crossed(["openai/gsm8k"], GSM8K_TRUTHS, _gsm8k_answers, GSM8K_FORMS)
     # where the 300-character clip falls: the answer early in a long response, or just inside the tail
     for t, (before, after) in product(["72", "5"], [(0, 400), (0, 290), (0, 200), (4, 0), (4, 1), (4, 4)]):
         cases.append(dict(data_source="openai/gsm8k", response=FILLER * before + f"#### {t}" + "x" * after,
@@ -104,13 +112,7 @@ MATH_FORMS = [
 
 
 def math_cases() -> list[dict]:
-    cases = []
-    k = 0
-    for t in MATH_TRUTHS:
-        for a, form in product(_math_answers(t), MATH_FORMS):
-            source = MATH_SOURCES[k % len(MATH_SOURCES)]
-            k += 1
-            cases.append(dict(data_source=source, response=REASONING + form.format(a=a), ground_truth=t))
+    cases = _crossed(MATH_SOURCES, MATH_TRUTHS, _math_answers, MATH_FORMS)
     for response, t in [("\\boxed 7", "5"), ("\\boxed 5", "5"), ("\\boxed{5}", "5"), ("\\boxed7", "7"),
                         ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}"), ("\\boxed{{5}}", "5"),
                         ("\\boxed{\\text{5}}", "5"), ("", "5"), ("\\boxed{}", ""), ("\\boxed{ }", ""),
@@ -158,13 +160,7 @@ DAPO_FORMS = [
 
 
 def dapo_cases() -> list[dict]:
-    cases = []
-    k = 0
-    for t in DAPO_TRUTHS:
-        for a, form in product(_dapo_answers(t), DAPO_FORMS):
-            source = DAPO_SOURCES[k % len(DAPO_SOURCES)]
-            k += 1
-            cases.append(dict(data_source=source, response=REASONING + form.format(a=a), ground_truth=t))
+    cases = _crossed(DAPO_SOURCES, DAPO_TRUTHS, _dapo_answers, DAPO_FORMS)
     for before, after in [(0, 0), (0, 280), (0, 320), (10, 0), (3, 0)]:  # the 300-character clip
         for form in ["Answer: 13", "\\boxed{13}"]:
             cases.append(dict(data_source="math_dapo", response=FILLER * before + form + "x" * after,
@@ -197,6 +193,12 @@ def geo3k_cases() -> list[dict]:
     for t in GEO_TRUTHS:
         for a, form in product(_spread(t, *GEO_ANSWERS[t]), GEO_FORMS):
             cases.append(dict(data_source="hiyouga/geometry3k", response=form.format(a=a), ground_truth=t))
+    # where the MATH normalizer gives up (a bare \frac or \sqrt, two '\text{ ' units) or drops '%'
+    for answer, t in [("a = \\frac", "\\frac"), ("x=\\frac", "x = \\frac"), ("ab = 5\\sqrt", "5\\sqrt"),
+                      ("5 \\sqrt", "5\\sqrt"), ("5 \\text{ cm} \\text{ m}", "5"), ("5 \\text{ cm}", "5"),
+                      ("50%", "50"), ("50\\%", "50"), ("\\text{ 5}", "5"), ("\\text{x = 5}", "5"), (".5 \\frac", "0.5")]:
+        for form in ["<think>a</think>\\boxed{{{a}}}", "\\boxed{{{a}}}"]:
+            cases.append(dict(data_source="hiyouga/geometry3k", response=form.format(a=answer), ground_truth=t))
     return cases
 
 

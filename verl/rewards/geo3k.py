@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the section type, for hints only: rewards sit below the con
     from verl.config import RewardFnConfig
 
 from verl.rewards.base import RewardFn, per_sample
+from verl.rewards.real_verl_scores.hendrycks_math import PRM800K_PERCENT_MARKS, normalize
 
 FORMAT_WEIGHT = 0.1
 _FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
@@ -61,48 +62,10 @@ def last_boxed(text: str) -> Optional[str]:
 # ---------------------------------------------------------------------------
 
 
-def _braced_fracs(s: str) -> str:
-    r"""\frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}; a \frac with fewer than two characters after
-    it leaves the whole string as it was."""
-    head, *rest = s.split("\\frac")
-    out = [head]
-    for part in rest:
-        if part.startswith("{"):
-            out.append("\\frac" + part)
-            continue
-        if len(part) < 2:
-            return s
-        num, second, tail = part[0], part[1], part[2:]
-        out.append("\\frac{%s}%s%s" % (num, second, tail) if second == "{" else
-                   "\\frac{%s}{%s}%s" % (num, second, tail))
-    return "".join(out)
-
-
-def _int_slash_int(s: str) -> str:
-    """'3/4' -> '\\frac{3}{4}' when both sides are plain integers written canonically."""
-    parts = s.split("/")
-    if len(parts) != 2:
-        return s
-    try:
-        a, b = int(parts[0]), int(parts[1])
-    except ValueError:
-        return s
-    return "\\frac{%d}{%d}" % (a, b) if s == f"{a}/{b}" else s
-
-
-def _braced_sqrts(s: str) -> str:
-    """\\sqrt3 -> \\sqrt{3} (one character)."""
-    head, *rest = s.split("\\sqrt")
-    if any(not p for p in rest):
-        raise _GiveUp  # '\\sqrt' with nothing after it
-    return head + "".join("\\sqrt" + (p if p.startswith("{") else "{" + p[:1] + "}" + p[1:]) for p in rest)
-
-
-class _GiveUp(Exception):
-    """The MATH normalizer leaves a string it cannot read as it is (after unwrapping \\text{})."""
-
-
 def mathd_normalize(answer: Optional[str]) -> Optional[str]:
+    """mathruler's MATH normalization: stripped, an enclosing \\text{...} unwrapped, then the Hendrycks
+    rule (verl.rewards.real_verl_scores.hendrycks_math.normalize) with PRM800K's percent marks; a
+    string the rule cannot read is kept as it is after unwrapping."""
     if answer is None:
         return None
     s = answer.strip()
@@ -110,34 +73,9 @@ def mathd_normalize(answer: Optional[str]) -> Optional[str]:
     if m:
         s = m.group(1).strip()
     try:
-        return _mathd_steps(s)
-    except _GiveUp:
+        return normalize(s, PRM800K_PERCENT_MARKS)
+    except Exception:  # (IndexError, ValueError): the rule gives up on this string
         return s
-
-
-def _mathd_steps(s: str) -> str:
-    for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
-                     ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", "")):
-        s = s.replace(old, new)
-    if "\\text{ " in s:  # '\text{ ' only introduces a unit on the right: drop it
-        pieces = s.split("\\text{ ")
-        if len(pieces) != 2:
-            raise _GiveUp
-        s = pieces[0]
-    s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
-    if not s:
-        return s
-    if s.startswith("."):
-        s = "0" + s
-    sides = s.split("=")
-    if len(sides) == 2 and len(sides[0]) <= 2:  # 'x = 3', 'AB=3' -> '3'
-        s = sides[1]
-    if "\\sqrt" in s:
-        s = _braced_sqrts(s)
-    s = _braced_fracs(s.replace(" ", ""))
-    if s == "0.5":
-        s = "\\frac{1}{2}"
-    return _int_slash_int(s)
 
 
 # ---------------------------------------------------------------------------

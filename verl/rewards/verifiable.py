@@ -32,6 +32,7 @@ from fractions import Fraction
 from typing import Optional
 
 from verl.rewards.base import RewardFn, per_sample
+from verl.rewards.real_verl_scores.braces import closing_brace
 
 # A number: optional sign, optional '$', digits with optional thousands commas, optional decimals.
 # The look-behind keeps '3-5' from reading as '-5' and 'x2' from reading as '2'.
@@ -99,15 +100,8 @@ def extract_boxed(text: str) -> Optional[str]:
     while i < len(text) and text[i] == " ":
         i += 1
     if i < len(text) and text[i] == "{":
-        depth = 0
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1:j]
-        return None  # unbalanced
+        end = closing_brace(text, i)
+        return None if end is None else text[i + 1:end]  # None: unbalanced
     if i == start + len("\\boxed") or i >= len(text):
         return None  # '\boxedx' or nothing after it
     m = re.match(r"[^\s$]+", text[i:])

@@ -15,6 +15,8 @@ Comparing: both sides normalized (`normalize`), equal as strings. When normalizi
 
 from typing import Optional
 
+from verl.rewards.real_verl_scores.braces import closing_brace
+
 
 def last_boxed(text: str) -> Optional[str]:
     """The last boxed expression, `\\boxed{` and the closing brace included (see module doc)."""
@@ -25,15 +27,8 @@ def last_boxed(text: str) -> Optional[str]:
         start = text.rfind("\\fbox")
         if start < 0:
             return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-    return None
+    end = closing_brace(text, start)
+    return None if end is None else text[start:end + 1]
 
 
 class NotBoxed(ValueError):
@@ -95,18 +90,24 @@ def _braced_sqrts(s: str) -> str:
     return head + "".join("\\sqrt" + (p if p[0] == "{" else "{" + p[0] + "}" + p[1:]) for p in parts)
 
 
-def normalize(s: str) -> str:
+VERL_PERCENT_MARKS = ("\\\\%", "\\%")  # real verl's math_reward drops these; a bare '%' stays
+PRM800K_PERCENT_MARKS = ("\\%", "%")  # mathruler's copy (PRM800K's grader, geo3k) drops '%' too
+
+
+def normalize(s: str, percent_marks: tuple = VERL_PERCENT_MARKS) -> str:
     """The MATH normalization, in its order: newlines, '\\!'; '\\\\' -> '\\'; tfrac/dfrac -> frac;
-    \\left, \\right, ^{\\circ}, ^\\circ, '\\$' dropped; a '\\text{ ' unit dropped; '\\\\%', '\\%'
-    dropped (a bare '%' stays); ' .' -> ' 0.', '{.' -> '{0.', a leading '.' -> '0.'; 'k = ' (two
-    characters at most before a single '=') dropped; \\sqrt3 -> \\sqrt{3}; spaces dropped; \\frac12
-    -> \\frac{1}{2}; exactly '0.5' -> \\frac{1}{2}; 'a/b' of integers -> \\frac{a}{b}."""
+    \\left, \\right, ^{\\circ}, ^\\circ, '\\$' dropped; a '\\text{ ' unit dropped; the percent marks
+    dropped; ' .' -> ' 0.', '{.' -> '{0.', a leading '.' -> '0.'; 'k = ' (two characters at most
+    before a single '=') dropped; \\sqrt3 -> \\sqrt{3}; spaces dropped; \\frac12 -> \\frac{1}{2};
+    exactly '0.5' -> \\frac{1}{2}; 'a/b' of integers -> \\frac{a}{b}. Raises where the rule cannot read
+    the string (see the module doc); callers fall back to the string as it was."""
     for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
                      ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", "")):
         s = s.replace(old, new)
     s = _drop_right_units(s)
-    for old, new in (("\\\\%", ""), ("\\%", ""), (" .", " 0."), ("{.", "{0.")):
-        s = s.replace(old, new)
+    for mark in percent_marks:
+        s = s.replace(mark, "")
+    s = s.replace(" .", " 0.").replace("{.", "{0.")
     if not s:
         return s
     if s[0] == ".":

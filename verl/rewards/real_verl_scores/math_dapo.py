@@ -22,6 +22,8 @@ the commas of a plain integer dropped; outer whitespace stripped.
 import re
 from typing import Optional
 
+from verl.rewards.real_verl_scores.braces import closing_brace
+
 TAIL_CHARS, BOX_TAIL_CHARS = 300, 100
 NO_ANSWER = "[INVALID]"
 
@@ -60,15 +62,8 @@ def last_boxed_content(text: str) -> Optional[str]:
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + len("\\boxed{"):i]
-    return None
+    end = closing_brace(text, start)
+    return None if end is None else text[start + len("\\boxed{"):end]
 
 
 def judge(response: str, ground_truth: str) -> tuple[bool, Optional[str]]:
