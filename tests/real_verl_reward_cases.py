@@ -184,6 +184,11 @@ GEO_TRUTHS = ["3", "\\frac{1}{2}", "2\\sqrt{3}", "60", "12.5"]
 GEO_ANSWERS = {"3": ["3", "3.0", "03", "4", "\\text{3}", "x = 3"], "\\frac{1}{2}": ["0.5", "1/2", "\\frac{2}{4}", ".5"],
                "2\\sqrt{3}": ["2\\sqrt3", "\\sqrt{12}", "3.464"], "60": ["60^\\circ", "60 degrees", "60.0", "1,000"],
                "12.5": ["25/2", "\\frac{25}{2}", "12.50", "12,5"]}
+GEO_MACROS = ["mid", "vert", "lvert", "angle", "triangle", "circ", "pm", "leq", "neq", "approx", "div", "cdots", "perp",
+              "parallel", "cong", "to", "in", "cap", "emptyset", "prime", "infty", "cdot", "times", "alpha", "theta",
+              "lambda", "xi", "varphi", "Delta", "Lambda", "sin", "cos", "tan", "arctan", "log", "ln", "exp", "max",
+              "lim", "hat", "bar", "vec", "overline", "mathbf", "mathrm", "mathbb", "operatorname", "displaystyle",
+              "quad", "lbrace", "langle", "lfloor", "%", "$", "{", ",", ";", "!"]
 GEO_FORMS = ["<think>reasoning</think> \\boxed{{{a}}}", "\\boxed{{{a}}}", "<think>a</think>\\boxed{{{a}}} done",
              "<think>a</think> no box {a}", "<think>a</think>\\boxed {a}", "<think>a</think>\\fbox{{{a}}}"]
 
@@ -199,6 +204,13 @@ def geo3k_cases() -> list[dict]:
                       ("50%", "50"), ("50\\%", "50"), ("\\text{ 5}", "5"), ("\\text{x = 5}", "5"), (".5 \\frac", "0.5")]:
         for form in ["<think>a</think>\\boxed{{{a}}}", "\\boxed{{{a}}}"]:
             cases.append(dict(data_source="hiyouga/geometry3k", response=form.format(a=answer), ground_truth=t))
+    # LaTeX macros as text (mathruler renders them with pylatexenc): a symbol, a function name, an accent
+    for name, t in product(GEO_MACROS, ["3", "\\sin 3", "\\{3\\}"]):
+        cases.append(dict(data_source="hiyouga/geometry3k", response=f"\\boxed{{\\{name} 3}}", ground_truth=t))
+    for answer, t in product(["\\mid3\\mid", "|3|", "\\lvert 3 \\rvert", "\\left|3\\right|", "2\\lambda", "\\sin 30",
+                              "\\log_2 8", "\\{1,2\\}", "\\angle ABC", "\\overline{AB}", "\\mathbf{3}", "3!"],
+                             ["3", "2", "\\{1,2\\}", "\\frac{1}{2}", "AB"]):
+        cases.append(dict(data_source="hiyouga/geometry3k", response=f"\\boxed{{{answer}}}", ground_truth=t))
     return cases
 
 

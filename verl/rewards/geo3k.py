@@ -9,8 +9,8 @@ verl/utils/reward_score/geo3k.py there, which grades with the `mathruler` packag
   truth under the PRM800K-style grading that mathruler implements (`answers_equal`):
   1. equal after the MATH normalization (`mathd_normalize`: \\left/\\right, dfrac, degrees,
      percent, `x = 3` -> `3`, `\\sqrt3`, `\\frac12`, `0.5`, `a/b` -> `\\frac{a}{b}`, spaces), or
-  2. equal after `canonical` (units, `$`, braces, case, LaTeX to plain text: `\\frac{a}{b}` -> a/b,
-     `\\sqrt{x}` -> sqrt(x), `\\pi` -> pi), or
+  2. equal after `canonical` (units, `$`, braces, case, LaTeX to plain text by pylatexenc, the
+     library mathruler uses: `\\frac{a}{b}` -> a/b, `\\sqrt{x}` -> sqrt(x), `\\pi` -> pi), or
   3. element by element for tuples/intervals: fractions must match as written (unreduced ones are
      not accepted), an integer ground truth needs an integer answer (no simplification), and
      anything else is equal when sympy simplifies the difference to 0.
@@ -21,12 +21,14 @@ The 0.1 format weight is real verl's (its default_compute_score calls the scorer
 
 from __future__ import annotations
 
+import contextlib
 import re
-import unicodedata
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # the section type, for hints only: rewards sit below the config package
     from verl.config import RewardFnConfig
+
+from pylatexenc.latex2text import LatexNodes2Text
 
 from verl.rewards.base import RewardFn, per_sample
 from verl.rewards.real_verl_scores.hendrycks_math import PRM800K_PERCENT_MARKS, normalize
@@ -84,65 +86,20 @@ def mathd_normalize(answer: Optional[str]) -> Optional[str]:
 
 _UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month", "year",
           "foot", "feet", "inch", "yard")
-_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "theta", "mu", "phi", "omega", "sigma", "rho",
-          "tau")
-_SYMBOLS = {"pi": "pi", "cdot": "*", "times": "*", "infty": "inf", "cup": "U"}
-
-
-def _group(s: str, i: int) -> tuple[str, int]:
-    """The argument at s[i]: a {...} group's content (balanced) or one character; and the index after it."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    if i >= len(s):
-        return "", i
-    if s[i] != "{":
-        return s[i], i + 1
-    depth = 0
-    for j in range(i, len(s)):
-        depth += {"{": 1, "}": -1}.get(s[j], 0)
-        if depth == 0:
-            return s[i + 1:j], j + 1
-    return s[i + 1:], len(s)
+_SYMPY_NAMES = (("√", "sqrt"), ("π", "pi"), ("∞", "inf"), ("∪", "U"), ("·", "*"), ("×", "*"))
 
 
 def latex_to_text(s: str) -> str:
-    """LaTeX to the plain text sympy reads, as pylatexenc's latex2text renders the macros answers
-    use: \\frac{a}{b} -> a/b (no parentheses), \\sqrt{x} -> sqrt(x), \\pi -> pi, \\cdot and
-    \\times -> *, \\text{x} -> x; other macros are dropped, their braces kept as plain groups."""
+    """LaTeX to the plain text sympy reads, as mathruler renders it: \\tfrac and \\dfrac read as \\frac,
+    a space put before each \\frac (so a mixed number '2\\frac12' stays two terms), the LaTeX rendered
+    as text by pylatexenc's latex2text (the library mathruler uses: `\\frac{a}{b}` -> 'a/b',
+    `\\sin x` -> 'sin x', `\\{` -> '{', Greek letters as letters), then √ π ∞ ∪ · × spelled as sympy
+    names."""
     s = s.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
-    out, i = [], 0
-    while i < len(s):
-        if s[i] == "\\":
-            m = re.match(r"\\([a-zA-Z]+)", s[i:])
-            if not m:  # '\,' '\;' ...: spacing
-                i += 2
-                continue
-            name, i = m.group(1), i + len(m.group(0))
-            if name == "frac":
-                num, i = _group(s, i)
-                den, i = _group(s, i)
-                out.append(f"{latex_to_text(num)}/{latex_to_text(den)}")
-            elif name == "sqrt":
-                if s[i:i + 1] == "[":  # \\sqrt[n]{x}: the index is not rendered (pylatexenc shows sqrt(x))
-                    close = s.find("]", i)
-                    i = len(s) if close < 0 else close + 1
-                arg, i = _group(s, i)
-                out.append(f"sqrt({latex_to_text(arg)})")
-            elif name in ("text", "mathrm", "textbf", "mbox"):
-                arg, i = _group(s, i)
-                out.append(latex_to_text(arg))
-            elif name in _SYMBOLS:
-                out.append(_SYMBOLS[name])
-            elif name.lower() in _GREEK:  # \\theta -> θ (a letter sympy reads as a symbol)
-                out.append(unicodedata.lookup(f"GREEK {'CAPITAL' if name[0].isupper() else 'SMALL'} LETTER "
-                                              f"{name.upper()}"))
-            continue
-        if s[i] in "{}":
-            i += 1
-            continue
-        out.append(s[i])
-        i += 1
-    return "".join(out).strip()
+    text = LatexNodes2Text().latex_to_text(s)
+    for symbol, name in _SYMPY_NAMES:
+        text = text.replace(symbol, name)
+    return text.strip()
 
 
 def _strip_thousands(s: str) -> str:
@@ -184,7 +141,8 @@ def canonical(expr: str) -> str:
     except (ValueError, OverflowError):
         pass
     if "\\" in expr:
-        expr = latex_to_text(expr)
+        with contextlib.suppress(Exception):  # LaTeX pylatexenc cannot read stays as written
+            expr = latex_to_text(expr)
     expr = re.sub(r"- *", "-", expr)
     expr = re.sub(r"([0-9]) +([0-9])", r"\1+\2", expr)  # a mixed number '7 3/4' -> 7+3/4
     expr = expr.replace(" ", "").replace("{", "").replace("}", "").lower()
