@@ -6,7 +6,8 @@ The cases are generated, not sampled: each family crosses answer spellings with 
 can carry them, aimed at where a scorer's rules decide (the 300-character clip, the first or last
 marker, `####0`, `#### $0`, fullwidth digits, commas, leading zeros, `0.`, `.5`, `\\fbox`,
 `\\boxed 7`, nested braces, `\\text{}`, `%`, units, `\\sqrt3`, fractions, `Answer:` lines,
-`[INVALID]`, several boxes, empty, very long and non-ASCII responses).
+`[INVALID]`, several boxes, empty, very long and non-ASCII responses; LaTeX macros for geo3k), plus
+seeded random strings of the tokens the rules look at.
 
     cases = reward_cases()      # a list of dicts: data_source, response, ground_truth
 """
@@ -250,8 +251,39 @@ def routing_cases() -> list[dict]:
     return [dict(data_source=n, response=r, ground_truth="5") for n, r in product(names, responses)]
 
 
+# ---------------------------------------------------------------------------- random token strings
+
+TOKENS = ["\\boxed", "\\boxed{", "\\boxed ", "{", "}", " ", "$", "\\fbox{", "5", "7", "12", ".", ",", "#### ", "####",
+          "Answer:", "answer: ", "\n", "\\frac", "\\frac{", "\\sqrt", "\\text{", "\\text{ ", "=", "%", "\\%", "\\\\", "-",
+          "x", "dollars", "\\left(", "\\right)", "(", ")", "<answer>", "</answer>", "the ", "Paris", "a ", "an ",
+          "[INVALID]", "\\dfrac", "^\\circ", "\\!", "0", "\\$", "\\mbox{", "\\textbf{", "\\overline{", "frac", "sqrt",
+          "units", "{,}", '"', "１", "é", "\t", ",\\!", "AB", "<think>", "</think>", "\\pi", "\\sin", "/", "\\{", " and "]
+RANDOM_SOURCES = ["openai/gsm8k", "lighteval/MATH", "math_dapo", "aime25", "searchR1_nq", "hiyouga/geometry3k"]
+RANDOM_TRUTHS = ["5", "7", "12", "\\frac{5}{7}", "5.", "\\text{5}", "5%", "0.5", "Paris", "[INVALID]", "", "\\sqrt{5}", "x=5"]
+
+
+def random_cases(n: int = 1500, seed: int = 0) -> list[dict]:
+    """Strings of the tokens the rules look at, in random order (seeded): the combinations no one
+    writes by hand."""
+    import random
+
+    rng = random.Random(seed)
+
+    def text(most: int) -> str:
+        return "".join(rng.choice(TOKENS) for _ in range(rng.randint(0, most)))
+
+    cases = []
+    for _ in range(n):
+        source = rng.choice(RANDOM_SOURCES)
+        truth = rng.choice(RANDOM_TRUTHS) if rng.random() < 0.7 else text(4)
+        cases.append(dict(data_source=source, response=text(rng.choice([6, 15, 40])),
+                          ground_truth={"target": [truth]} if source.startswith("searchR1") else truth))
+    return cases
+
+
 def reward_cases() -> list[dict]:
-    return gsm8k_cases() + math_cases() + dapo_cases() + geo3k_cases() + search_cases() + routing_cases()
+    return (gsm8k_cases() + math_cases() + dapo_cases() + geo3k_cases() + search_cases() + routing_cases()
+            + random_cases())
 
 
 if __name__ == "__main__":

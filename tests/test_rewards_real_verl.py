@@ -1,6 +1,6 @@
 """Rule-based rewards by data_source against real verl 0.9.1's own `default_compute_score`.
 
-The shared case set (tests/real_verl_reward_cases.py, ~3,900 cases over every data_source real
+The shared case set (tests/real_verl_reward_cases.py, ~5,700 cases over every data_source real
 verl routes to a rule built in here, and names it does not know) is scored once by real verl in
 its own process (tests/real_verl_oracle.py) and by our `by_data_source` reward; every case must
 agree: the score, DAPO's `acc` and `pred`, and an error where real verl raises.
