@@ -211,7 +211,7 @@ def test_verl_data_gsm8k_makes_the_documented_gsm8k_line_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
     assert cfg["data"]["train_files"] == [str(home / "data/gsm8k/train.parquet")]
-    assert cfg["reward_fn"]["type"] == "gsm8k"  # openai/gsm8k rows: real verl's GSM8K rule
+    assert cfg["reward_fn"]["type"] == "by_data_source"  # openai/gsm8k rows: real verl's GSM8K rule, exactly
 
 
 def test_verl_data_gsm8k_reads_local_gsm8k_rows_and_refuses_bad_ones(tmp_path):
