@@ -279,3 +279,33 @@ def test_stale_temps_are_removed_and_reported(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["checkpoints", "notes.txt"]
     assert sorted(os.listdir(mgr.root)) == ["latest", "latest_full", "step_000001"]
     assert _value(good) == 1.0
+
+
+def test_complete_interrupted_save_is_moved_in_not_removed(tmp_path):
+    """A `.tmp-save-PID/` with the save's list of complete files: the files still in it move into
+    save_dir (those already moved stay); a file whose size differs from the list makes it an
+    incomplete save, removed as before."""
+    import json
+
+    from verl.checkpoint.model_files import COMPLETE_MARKER
+    from verl.checkpoint.run_folder import clean_stale_temps
+
+    done = tmp_path / ".tmp-save-999998"
+    done.mkdir()
+    (done / "model.safetensors").write_bytes(b"weights")  # 7 bytes, not yet moved
+    (tmp_path / "config.json").write_text("{}")  # 2 bytes, moved before the crash
+    (done / COMPLETE_MARKER).write_text(json.dumps({"files": {"model.safetensors": 7, "config.json": 2}}))
+    bad = tmp_path / "sub"
+    bad.mkdir()
+    (bad / ".tmp-save-999997").mkdir()
+    (bad / ".tmp-save-999997" / "model.safetensors").write_bytes(b"short")  # 5 bytes, 9 listed
+    (bad / ".tmp-save-999997" / COMPLETE_MARKER).write_text(json.dumps({"files": {"model.safetensors": 9}}))
+    told = []
+    assert clean_stale_temps(str(tmp_path), told.append) == []
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "sub"]
+    assert (tmp_path / "model.safetensors").read_bytes() == b"weights"
+    assert len(told) == 1 and "2 files are now in place" in told[0]
+    from verl.checkpoint.model_files import promote_interrupted_save
+
+    assert promote_interrupted_save(str(bad / ".tmp-save-999997")) is None
+    assert os.listdir(bad / ".tmp-save-999997")  # untouched: clean_stale_temps removes it as incomplete

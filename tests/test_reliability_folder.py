@@ -190,3 +190,31 @@ def test_save_dir_that_cannot_work_is_refused_before_the_model_loads(tmp_path):
     line = _one_line_exit_2(_verl(*args), "lies under")
     assert "no_model" not in line
     assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+def test_a_checkpoint_folder_that_refuses_writes_mid_run_is_one_line_exit_2(tmp_path, tiny_gpt2, monkeypatch,
+                                                                             capsys):
+    """checkpoints/ becomes unwritable after step 1's checkpoint (read-only, or a full disk; the suite
+    may run as root, where chmod does not stop writes, so the refusal is the OS error itself): step 2's
+    save ends the run with one line naming checkpoint.save_dir, the folder and the reason, exit 2, and
+    step 1's checkpoint stays complete."""
+    from verl.checkpoint.manager import CheckpointManager
+    from verl.cli import main
+
+    save = tmp_path / "run"
+    real_makedirs = os.makedirs
+    ckpts = str(save / "checkpoints")
+
+    def refusing(path, *args, **kwargs):
+        if os.path.basename(str(path)).startswith(".tmp-step_000002"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", refusing)
+    code = main(["train", *small_overrides(tmp_path, **{"training.total_steps": 3, "checkpoint.save_full_every": 1,
+                                                        "checkpoint.save_dir": str(save)})])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err[-3:]
+    assert err[-1].startswith("error: checkpoint.save_dir: step 2's checkpoint could not be written to "), err[-1]
+    assert "Permission denied" in err[-1] and ckpts in err[-1]
+    assert CheckpointManager(str(save)).find_latest("full", warn=print).endswith("step_000001")

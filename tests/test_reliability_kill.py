@@ -36,7 +36,7 @@ POINTS = [
     ("ckpt_filled", 3),            # the last step's checkpoint cut short
     ("ckpt_renamed", 3),           # the last step's checkpoint complete, pointers stale
     ("pointer_latest_full", 3),    # the last step's checkpoint complete, before the final save
-    ("model_tmp_filled", 1),       # final actor in save_dir/.tmp-save-PID/, nothing moved in
+    ("model_tmp_filled", 1),       # final actor complete in save_dir/.tmp-save-PID/, nothing moved in
     ("model_half_moved", 1),       # half of the final files moved in (config, no weights)
     ("model_moved", 1),            # every final file in place, temp folder not yet removed
     ("final_before_run_state", 1),  # final save done, run_state.json not written
@@ -44,8 +44,9 @@ POINTS = [
     ("final_after_run_state", 1),  # everything written; killed before the process exits
 ]
 # Points after which the dead run's temp files are still there: the resume must say it removed them.
-LEAVES_TEMP = {"ckpt_filled", "ckpt_manifest", "tmp:latest", "model_tmp_filled", "model_half_moved",
-               "model_moved", "tmp:run_state.json"}
+LEAVES_TEMP = {"ckpt_filled", "ckpt_manifest", "tmp:latest", "tmp:run_state.json"}
+# Points inside the final save's moves, after every file was complete: the resume finishes the moves.
+PROMOTED = {"model_tmp_filled", "model_half_moved", "model_moved"}
 
 
 def _args(tmp, save_dir, *extra):
@@ -174,6 +175,8 @@ def test_kill_then_resume_recovers_everything(reference, tmp_path, point, nth):
     assert code == 0, out[-3000:]
     if point in LEAVES_TEMP:
         assert "removed what interrupted saves left" in out, out[-3000:]
+    if point in PROMOTED:
+        assert "are now in place" in out and "removed what interrupted saves left" not in out, out[-3000:]
     if point == "final_after_run_state":
         assert "already finished at step 3" in out
     state = read_run_state(str(run))
@@ -206,3 +209,31 @@ def test_resume_warnings_are_printed_once(reference, tmp_path):
     assert f"resuming from {run / 'checkpoints' / f'step_{STEPS - 1:06d}'}" in out
     assert "training finished at step 3" in out
     _assert_equal_states(_state_files(str(run)), reference["state"])
+
+
+def test_killed_actor_only_final_save_keeps_the_weights(reference, tmp_path):
+    """An actor-only run (no full checkpoint: the final save is the only copy of the trained
+    weights) killed while its final files move into place. The next run in the folder, a fresh
+    one that is refused because an earlier run is there, finishes the moves instead of removing
+    the temp folder: the weights in save_dir then equal those of the same run uninterrupted."""
+    from safetensors.torch import load_file
+
+    only_actor = {**RUN, "checkpoint.save_full_every": 0}
+
+    def args(save_dir, *extra):
+        return ["train", *small_overrides(tmp_path, **only_actor), "--save_actor_only", "--save_dir", str(save_dir),
+                *extra]
+
+    assert _fork_cli(args(tmp_path / "whole"), tmp_path / "whole.log") == 0, (tmp_path / "whole.log").read_text()
+    want = load_file(str(tmp_path / "whole" / "model.safetensors"))
+    run = tmp_path / "run"
+    code = _fork_cli(args(run), tmp_path / "killed.log", kill_at="model_half_moved:1")
+    assert code == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert not (run / "model.safetensors").exists()  # half moved: the weights are still in the temp folder
+    code = _fork_cli(args(run), tmp_path / "refused.log")
+    out = (tmp_path / "refused.log").read_text()
+    assert code == 2, out[-3000:]
+    assert "are now in place" in out and "removed what interrupted saves left" not in out, out[-3000:]
+    assert not _leftovers(run)
+    got = load_file(str(run / "model.safetensors"))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)

@@ -96,3 +96,36 @@ def test_out_of_memory_becomes_knob_list(monkeypatch, capsys, tmp_path):
     for knob in ("training.micro_batch_size", "model.enable_gradient_checkpointing", "rollout.gpu_memory_utilization",
                  "training.offload_optimizer"):
         assert knob in err
+
+
+def test_a_finite_update_that_overflows_the_weights_is_one_line_exit_2(tmp_path, tiny_gpt2, capsys):
+    """training.lr=1e308: gradients are finite, but AdamW's first step (about lr x sign(g)) takes
+    weights to inf; lr=1e30 keeps them finite (~1e30) but the next rollout's logits overflow.
+    Either way one line naming training.lr, exit 2, and no checkpoint of the broken weights."""
+    for lr in ("1e308", "1e30"):
+        save = tmp_path / f"lr{lr}"
+        code = main(["train", *small_overrides(tmp_path, **{
+            "training.lr": lr, "algorithm.name": "grpo", "rollout.n": 2, "training.batch_size": 2,
+            "training.total_steps": 3, "rollout.max_new_tokens": 4, "checkpoint.save_dir": str(save)}),
+            "--save_full_state"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2, (lr, err[-3:])
+        assert err[-1].startswith("error: training.lr: "), (lr, err[-1])
+        assert "NaN/Inf" in err[-1]
+        assert not (save / "checkpoints").exists() or not os.listdir(save / "checkpoints")
+
+
+def test_weight_check_names_the_role_and_passes_large_finite_weights():
+    from verl.workers.optim import NonFiniteWeights, check_weights_finite
+
+    w = torch.nn.Parameter(torch.full((4,), 1e30))  # finite; its 2-norm squared (1e60) overflows fp32
+    opt = torch.optim.SGD([w], lr=0.5)
+    check_weights_finite({"actor": (opt, [w])}, {"actor": 1.0})  # no error: every weight is finite
+    with torch.no_grad():
+        w[2] = float("inf")
+    try:
+        check_weights_finite({"critic": (opt, [w])}, {"critic": 1.0})
+    except NonFiniteWeights as exc:
+        assert str(exc).startswith("training.critic_lr") and "lr 0.5" in str(exc)
+    else:
+        raise AssertionError("inf weights passed the check")

@@ -125,3 +125,53 @@ def test_cli_run_against_echoing_server_prints_and_writes_no_key(echo_server, tm
     last = captured.err.strip().splitlines()[-1]
     assert last.startswith("error: reward api") and "HTTP 500" in last and "***" in last
     assert SECRET not in captured.out + captured.err
+
+
+def test_a_secret_given_as_an_env_key_is_refused_without_showing_it(tmp_path, tiny_gpt2, capsys):
+    """`reward_fn.api_key_env` names a variable; a value that cannot be one (here a key pasted in by
+    mistake) is refused in one line naming the key, exit 2, and the value is never printed."""
+    pasted = "sk-live-1234-abcd-pasted"
+    args = small_overrides(tmp_path, **{"reward_fn.type": "api", "reward_fn.url": "http://127.0.0.1:9/score",
+                                        "reward_fn.api_key_env": pasted})
+    code = main(["train", *args])
+    captured = capsys.readouterr()
+    assert code == 2
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith("error: reward_fn.api_key_env: expects the NAME of an environment variable"), last
+    assert pasted not in captured.out + captured.err
+    assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown(echo_server, tmp_path, tiny_gpt2):
+    """`reward_fn.url=http://user:KEY@host/...`: the request goes to the host with the credentials as
+    HTTP Basic (the echoing server repeats that header), and neither the password nor the header's
+    token appears in the console, config.yaml, run_info.json or any other file of the run."""
+    import base64
+
+    password = "urlkey-5e4d3c2b1a"
+    token = base64.b64encode(f"user:{password}".encode()).decode()
+    url = echo_server.replace("http://", f"http://user:{password}@") + "/500"
+    out = tmp_path / "out"
+    args = small_overrides(tmp_path, **{
+        "training.total_steps": 1, "training.batch_size": 2, "rollout.max_new_tokens": 4,
+        "reward_fn.type": "api", "reward_fn.url": url, "reward_fn.max_retries": 0, "reward_fn.on_error": "zero",
+        "checkpoint.save_dir": str(out)})
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    proc = subprocess.run([sys.executable, "-m", "verl.cli", "train", *args, "--save_full_state"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HTTP 500" in proc.stderr and "Basic ***" in proc.stderr  # the server saw the credentials
+    assert password not in proc.stdout + proc.stderr and token not in proc.stdout + proc.stderr
+    assert "user:***@127.0.0.1" in (out / "config.yaml").read_text()
+    files = [os.path.join(root, f) for root, _, names in os.walk(out) for f in names]
+    assert any(f.endswith("run_info.json") for f in files)
+    for path in files:
+        data = open(path, "rb").read()
+        assert password.encode() not in data and token.encode() not in data, path
+
+
+def test_url_userinfo_is_hidden_without_registering_it():
+    # What redact does to any text: the userinfo's password (or a lone token) becomes ***; other @ stay.
+    assert redact("POST http://user:K3y@h:8/s failed") == "POST http://user:***@h:8/s failed"
+    assert redact("https://tok@h/x and a@b.c") == "https://***@h/x and a@b.c"
+    assert redact("http://h/path@x") == "http://h/path@x"

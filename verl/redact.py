@@ -15,6 +15,11 @@ value here, and what verl prints or logs passes through `redact`:
 A registered value is replaced by "***" wherever it appears, also in the escaped forms a server
 may echo it in (JSON string escapes, URL quoting). Secrets are only added, never removed: a key
 used once in a process stays hidden for the rest of it.
+
+Credentials in a URL's userinfo are hidden whether registered or not, in everything `redact`
+and `redact_obj` see (console, logs, config.yaml, run_info.json, checkpoints):
+`http://user:KEY@host/score` -> `http://user:***@host/score`, `https://TOKEN@host` ->
+`https://***@host`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,21 @@ _SECRETS: set[str] = set()
 _PATTERN: Optional[re.Pattern] = None  # one alternation of every form, longest first
 _LOCK = threading.Lock()
 _HOOKED = False
+# scheme://userinfo@ : group 1 the user where a password follows, group 2 what is hidden
+_URL_USERINFO = re.compile(r"(?<=://)(?:([^\s/?#@:]*):)?([^\s/?#@]+)@")
+
+
+def _hide_userinfo(match: re.Match) -> str:
+    return f"{match.group(1)}:{MASK}@" if match.group(1) is not None else f"{MASK}@"
+
+
+def url_password(url: str) -> Optional[str]:
+    """The password (or token) of a URL's userinfo, None when it has none."""
+    try:
+        parts = urllib.parse.urlsplit(str(url))
+    except ValueError:
+        return None
+    return parts.password or (parts.username if parts.username and "@" in parts.netloc else None)
 
 
 def _forms(value: str) -> set[str]:
@@ -60,17 +80,18 @@ def has_secrets() -> bool:
 
 
 def redact(text: Any) -> Any:
-    """`text` with every registered secret replaced by "***" (non-strings are returned as they are)."""
-    pattern = _PATTERN
-    if pattern is None or not isinstance(text, str):
+    """`text` with every registered secret and every URL password replaced by "***"
+    (non-strings are returned as they are)."""
+    if not isinstance(text, str):
         return text
-    return pattern.sub(MASK, text)
+    if "://" in text:
+        text = _URL_USERINFO.sub(_hide_userinfo, text)
+    pattern = _PATTERN
+    return text if pattern is None else pattern.sub(MASK, text)
 
 
 def redact_obj(obj: Any) -> Any:
     """`redact` applied to every string inside dicts, lists and tuples (keys included)."""
-    if _PATTERN is None:
-        return obj
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):

@@ -7,6 +7,8 @@ First signal: `stop_requested()` becomes the signal's name, one line says what h
 a watchdog starts. The run stops at the first safe point it reaches:
 
   * after a step (RunLifecycle.after_step): that step's full state is saved, then `StopTraining`;
+  * in the step's generation (Hugging Face engine: at the next token; between chunks of rows): the
+    step is abandoned before its update, so a long generation never holds the stop up;
   * in a wait that can be abandoned, which raises `Interrupted`: validation, between its batches
     (at once: it has nothing to save); a reward call still running grace_s / 2 after the signal
     (a slow or hung function); the start of a model load. A step abandoned in its reward call has
@@ -134,8 +136,10 @@ def saved_note() -> str:
     if _SAVED_AFTER_STOP:
         return f"the state at the stop was saved to {_SAVED_AFTER_STOP}"
     if _LAST_CHECKPOINT:
-        return f"nothing was saved after the signal; the last completed checkpoint {_LAST_CHECKPOINT} is intact"
-    return "nothing was saved after the signal (this run wrote no checkpoint)"
+        return (f"nothing was saved after the signal; the last completed checkpoint {_LAST_CHECKPOINT} is intact "
+                "(a longer checkpoint.stop_grace_s gives the stop time to save)")
+    return ("nothing was saved after the signal (this run wrote no checkpoint); a longer checkpoint.stop_grace_s "
+            "gives the stop time to save, and checkpoint.save_full_every=N saves a full state every N steps")
 
 
 # ---------------------------------------------------------------------------
@@ -170,10 +174,10 @@ def _on_signal(signum: int) -> None:
     if not first:
         _say(f"\n{name} again: exiting now with code {128 + signum}; {saved_note()}\n")
         _hard_exit(128 + signum)
-    _say(f"\n{name} received: stopping within checkpoint.stop_grace_s={_GRACE_S:g}s: the step in progress "
-         "finishes and its full state is saved (validation is cut short; a reward call still running after "
-         f"{_GRACE_S / 2:g}s abandons the step and the last completed one is saved; before step 1 there is nothing "
-         f"to save). Past the limit verl exits with code {128 + signum}; the last completed checkpoint stays intact. "
+    _say(f"\n{name} received: stopping within checkpoint.stop_grace_s={_GRACE_S:g}s: a step in its generation is "
+         "abandoned and the last completed one is saved, a step in its update finishes and is saved (validation is "
+         f"cut short; a reward call still running after {_GRACE_S / 2:g}s abandons the step; before step 1 there is "
+         f"nothing to save). Past the limit verl exits with code {128 + signum}; the last completed checkpoint stays intact. "
          "Send the signal again to exit at once.\n")
     if _WATCHDOG_CANCEL is not None:
         threading.Thread(target=_watchdog, args=(signum, _GRACE_S, _WATCHDOG_CANCEL), name="verl-stop-watchdog",

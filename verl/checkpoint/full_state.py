@@ -51,9 +51,12 @@ class RunState:
 
 
 def scrub_config(config_dict: dict) -> dict:
-    """The config as saved with a checkpoint. Secrets never live in the config (API keys are
-    read from the environment variable that `reward_fn.api_key_env` names), so this is a copy."""
-    return json.loads(json.dumps(config_dict, default=str))
+    """The config as saved with a checkpoint (and compared on resume), a copy. API keys never live
+    in the config (they are read from the environment variable `reward_fn.api_key_env` names);
+    a password in a URL's userinfo is hidden (verl/redact.py)."""
+    from verl.redact import redact_obj
+
+    return redact_obj(json.loads(json.dumps(config_dict, default=str)))
 
 
 def trainer_state(rs: RunState, reason: str) -> dict:

@@ -6,10 +6,18 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+from typing import Optional
 
 import torch
 
-from verl.checkpoint.durable_files import CheckpointError, files_under, fsync_path, fsync_tree, test_kill_point
+from verl.checkpoint.durable_files import (CheckpointError, atomic_write_json, files_under, fsync_path, fsync_tree,
+                                           test_kill_point)
+
+# Written into the temporary folder once every file in it is complete and on disk, before the
+# first file moves: {"files": {name: size}}. A crash during the moves then leaves a folder that
+# `promote_interrupted_save` can verify and finish moving, instead of the only complete copy of
+# the weights being removed as a stale temp.
+COMPLETE_MARKER = ".verl-save-complete.json"
 
 
 def is_peft_model(model) -> bool:
@@ -25,16 +33,21 @@ def save_model_folder(model, tokenizer, path: str, merge_lora: bool) -> list[str
     file in with an atomic rename (a crash never leaves a half-written file under its name).
     Returns the names (relative to `path`) of the files written: the final save records their
     sizes and checksums in run_state.json, so a resume can tell a complete final save from one
-    a crash cut short (several files, moved one by one, are not one atomic step). A crash leaves
-    the temp folder, which the next run in the folder removes (run_folder.clean_stale_temps)."""
+    a crash cut short (several files, moved one by one, are not one atomic step). A crash while
+    the files move leaves the temp folder with its COMPLETE_MARKER: the next run in the folder
+    finishes the move (promote_interrupted_save); one before the marker leaves an incomplete
+    temp folder, which it removes (run_folder.clean_stale_temps)."""
     os.makedirs(path, exist_ok=True)
     tmp = os.path.join(path, f".tmp-save-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         save_pretrained_into(model, tokenizer, tmp, merge_lora=merge_lora)
         fsync_tree(tmp)
-        test_kill_point("model_tmp_filled")
         names = files_under(tmp)
+        sizes = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in names}
+        atomic_write_json(os.path.join(tmp, COMPLETE_MARKER), {"files": sizes})
+        fsync_path(tmp)
+        test_kill_point("model_tmp_filled")
         for i, rel in enumerate(names):
             if i == len(names) // 2:
                 test_kill_point("model_half_moved")
@@ -45,6 +58,33 @@ def save_model_folder(model, tokenizer, path: str, merge_lora: bool) -> list[str
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return names
+
+
+def promote_interrupted_save(tmp: str) -> Optional[list[str]]:
+    """Finish the moves of a save that a crash cut short: `tmp` is `<folder>/.tmp-save-PID`. When
+    it holds COMPLETE_MARKER and every listed file is either still in `tmp` or already moved into
+    `<folder>`, each with its recorded size, the rest is moved in and `tmp` removed; returns the
+    file names. None (nothing touched) when the folder was never complete or does not check out."""
+    import json
+
+    folder = os.path.dirname(os.path.abspath(tmp))
+    try:
+        with open(os.path.join(tmp, COMPLETE_MARKER), encoding="utf-8") as fh:
+            sizes = dict(json.load(fh)["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for rel, size in sizes.items():
+        where = [p for p in (os.path.join(tmp, rel), os.path.join(folder, rel)) if os.path.isfile(p)]
+        if not where or os.path.getsize(where[0]) != size:
+            return None
+    for rel in sorted(sizes):
+        src = os.path.join(tmp, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
+            os.replace(src, os.path.join(folder, rel))
+    fsync_path(folder)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(sizes)
 
 
 def save_hf_model(model, tokenizer, path: str) -> str:

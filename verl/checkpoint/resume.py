@@ -101,7 +101,7 @@ def resolve_resume(cfg, warn=print) -> ResumePoint:
     ck = cfg.checkpoint
     lock = claim_run_folder(ck.save_dir)
     try:
-        removed = clean_stale_temps(ck.save_dir)
+        removed = clean_stale_temps(ck.save_dir, warn)
         if removed:
             warn(f"note: removed what interrupted saves left in {ck.save_dir}: {', '.join(removed)}")
         point = _resolve(cfg, warn)

@@ -70,11 +70,18 @@ def claim_run_folder(save_dir: str) -> RunLock:
     return hold_run_folder(save_dir)
 
 
-def clean_stale_temps(save_dir: str) -> list[str]:
+def clean_stale_temps(save_dir: str, tell: Callable[[str], None] = lambda line: None) -> list[str]:
     """Remove the temp files and folders interrupted saves left in save_dir and checkpoints/
     (`.tmp-save-PID/`, `.tmp-step_N-PID/`, `.trash-step_N-PID/`, `latest.tmp-PID`, ...).
     Called with the folder's lock held, so no other run can be writing them; those of this
-    process are kept. Returns their names relative to save_dir."""
+    process are kept. Returns their names relative to save_dir.
+
+    A `.tmp-save-PID/` whose files were all complete when the crash came (a final save cut off
+    while its files moved into place) may be the only complete copy of the trained weights: it
+    is never removed; its remaining files are moved into place (model_files.promote_interrupted_save)
+    and `tell` says so."""
+    from verl.checkpoint.model_files import promote_interrupted_save
+
     removed = []
     for sub in ("", "checkpoints"):
         folder = os.path.join(save_dir, sub)
@@ -82,9 +89,18 @@ def clean_stale_temps(save_dir: str) -> list[str]:
             continue
         for name in sorted(os.listdir(folder)):
             pid = temp_owner(name)
-            if pid is not None and pid != os.getpid():
-                remove_path(os.path.join(folder, name))
-                removed.append(os.path.join(sub, name) if sub else name)
+            if pid is None or pid == os.getpid():
+                continue
+            path = os.path.join(folder, name)
+            if name.startswith(".tmp-save-") and os.path.isdir(path):
+                moved = promote_interrupted_save(path)
+                if moved is not None:
+                    tell(f"note: a save cut short by a crash (process {pid}) had written every file; its "
+                         f"{len(moved)} files are now in place in {folder} ({', '.join(moved[:4])}"
+                         f"{', ...' if len(moved) > 4 else ''}), sizes checked against the save's own list")
+                    continue
+            remove_path(path)
+            removed.append(os.path.join(sub, name) if sub else name)
     return removed
 
 

@@ -27,6 +27,7 @@ import weakref
 from typing import Callable, Optional
 
 from verl.errors import ConfigError
+from verl.redact import redact
 
 LOCK_NAME = ".verl.lock"
 
@@ -61,7 +62,7 @@ class RunLock:
             raise ConfigError(f"checkpoint.save_dir: cannot lock {self.path} ({exc.strerror}); use a --save_dir on "
                               "a local file system") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(sys.argv)}
+                "command": redact(" ".join(sys.argv))}  # a URL's password stays out of the file
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self.fd = fd

@@ -19,6 +19,7 @@ import contextvars
 import dataclasses
 import difflib
 import importlib
+import re
 from typing import Any
 
 from verl.errors import ConfigError
@@ -108,6 +109,23 @@ def in_unit(value, key_path: str, low_open: bool = False) -> None:
         raise ConfigError(f"{key_path}: must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value}")
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_name(value, key_path: str) -> None:
+    """An `*_env` key names an environment variable that holds a secret. A value that is not a
+    variable name is most likely the secret itself: it is hidden from everything verl prints
+    from now on (verl/redact.py) and refused without being shown."""
+    if isinstance(value, str) and ENV_NAME.fullmatch(value):
+        return
+    from verl.redact import register_secret
+
+    register_secret(str(value))
+    raise ConfigError(f"{key_path}: expects the NAME of an environment variable that holds the secret (letters, "
+                      f"digits and _, e.g. MY_API_KEY), and what was given is not one; it is not shown, in case "
+                      f"it is the secret itself: export it as a variable and give the variable's name")
+
+
 class Section:
     """Base of every config section: its declared key rules are checked when it is built (from a
     file, an override or Python code), then its own `validate(path)` for rules that involve
@@ -133,6 +151,8 @@ class Section:
                 raise ConfigError(f"{key_path}: must be > {meta['gt']}, got {value}")
             if meta.get("unit") is not None:
                 in_unit(value, key_path, low_open=meta["unit"] == "(0, 1]")
+            if f.name.endswith("_env"):
+                check_env_name(value, key_path)
         self.validate(path)
 
     def validate(self, path: str) -> None:

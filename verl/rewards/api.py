@@ -15,7 +15,9 @@ waits; a server that trickles its reply slowly enough to keep resetting the sock
 is cut off there (verl.rewards.deadline). With `api_key_env` set, the key is read from that
 environment variable (an error if unset), sent as `Authorization: Bearer <key>` and
 registered with verl.redact: a server that echoes it in an error body has it replaced by
-"***" in every message, warning and log. A chunk that still fails raises `RewardError`
+"***" in every message, warning and log. Credentials in the URL (`http://user:KEY@host/score`)
+are taken out of it and sent as `Authorization: Basic` (unless `api_key_env` gives a key), and
+the password is registered with verl.redact the same way. A chunk that still fails raises `RewardError`
 (on_error: fail) or scores its samples 0 and counts them in reward/errors (on_error: zero).
 """
 
@@ -39,7 +41,7 @@ import urllib.error
 import urllib.request
 
 from verl.errors import ConfigError
-from verl.redact import redact, register_secret
+from verl.redact import redact, register_secret, url_password
 from verl.rewards.base import RewardError, RewardFn, SampleError, short
 from verl.rewards.deadline import CallBudget, request_timeout_s
 
@@ -70,13 +72,34 @@ class _Retryable(Exception):
     pass
 
 
+def _without_userinfo(url: str) -> tuple[str, str]:
+    """(the URL without `user:password@`, base64 of "user:password" for HTTP Basic, or "");
+    urllib would otherwise take the userinfo for part of the host name."""
+    import base64
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, ""
+    host = parts.netloc.rpartition("@")[2]
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    register_secret(token)
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), token
+
+
 class APIReward:
     isolate_errors = False  # failures are handled per chunk here
 
     def __init__(self, cfg: RewardFnConfig):
         self.cfg = cfg
-        self.__name__ = f"api({cfg.url})"
+        register_secret(url_password(cfg.url))  # a password in the URL: hidden wherever it appears
+        self.__name__ = redact(f"api({cfg.url})")
+        self._url, basic = _without_userinfo(cfg.url)
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if basic:
+            self._headers["Authorization"] = f"Basic {basic}"
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if not key:
@@ -86,7 +109,7 @@ class APIReward:
             self._headers["Authorization"] = f"Bearer {key}"
 
     def _post_once(self, body: bytes, n: int) -> list:
-        request = urllib.request.Request(self.cfg.url, data=body, headers=self._headers, method="POST")
+        request = urllib.request.Request(self._url, data=body, headers=self._headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=request_timeout_s(self.cfg)) as resp:
                 raw = resp.read()

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 import time
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from verl.batch import Batch
 from verl.models.lora import base_model
@@ -40,6 +42,24 @@ from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
 from verl.rollout.sampling import token_log_probs
 from verl.rollout.token_io import pad_id
+from verl.signals import abandon_if_stopped, stop_requested
+
+
+class StopOnSignal(StoppingCriteria):
+    """Ends transformers' generate at the next token once SIGINT/SIGTERM asked the run to stop
+    (verl/signals.py): a long generation is the step in progress, abandoned so that the last
+    completed step is saved within checkpoint.stop_grace_s."""
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), stop_requested() is not None, dtype=torch.bool,
+                          device=input_ids.device)
+
+
+def abandon_on_stop(where: str) -> None:
+    """Interrupted (the step is abandoned) when a stop was requested, on the main thread only: an
+    asynchronous producer's thread stops with its source instead."""
+    if threading.current_thread() is threading.main_thread():
+        abandon_if_stopped(where)
 
 
 # ---------------------------------------------------------------------------
@@ -203,7 +223,9 @@ class HFRollout(RolloutEngine):
         self.model.eval()
         try:
             for part in rows.split(self.chunk or len(rows)):
+                abandon_on_stop("generation")
                 r, lp, f = self._generate_part(part, sampling, device)
+                abandon_on_stop("generation")  # generate stopped early for it (StopOnSignal)
                 responses += r
                 log_probs += lp
                 finished += f
@@ -252,6 +274,8 @@ class HFRollout(RolloutEngine):
             temperature = sampling.temperature
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
+        if threading.current_thread() is threading.main_thread():
+            gen_kwargs["stopping_criteria"] = StoppingCriteriaList([StopOnSignal()])
         with self._autocast(device):
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
         seqs_dev = out.sequences[:, input_ids.shape[1]:]

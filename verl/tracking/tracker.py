@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 import yaml
 
+from verl.redact import redact_obj
 from verl.tracking.backends import ConsoleBackend, JsonlBackend, TensorBoardBackend, WandbBackend
 from verl.tracking.health import HealthMonitor
 from verl.tracking.metrics import to_float
@@ -90,7 +91,8 @@ class Tracker:
             self.backends.append(TensorBoardBackend(run_dir))
         if "wandb" in names and logging_cfg.wandb_mode != "disabled":
             self.backends.append(
-                WandbBackend(run_dir, logging_cfg.project, self.run_name, logging_cfg.wandb_mode, _plain(config_dict or {}))
+                WandbBackend(run_dir, logging_cfg.project, self.run_name, logging_cfg.wandb_mode,
+                             redact_obj(_plain(config_dict or {})))
             )
 
         if health is True:
@@ -101,7 +103,7 @@ class Tracker:
 
     def _write_run_files(self, config_dict: dict) -> None:
         with open(os.path.join(self.run_dir, "config.yaml"), "w", encoding="utf-8") as fh:
-            yaml.safe_dump(_plain(config_dict), fh, sort_keys=False, allow_unicode=True)
+            yaml.safe_dump(redact_obj(_plain(config_dict)), fh, sort_keys=False, allow_unicode=True)
         package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         rev, dirty = git_revision(package_dir)
         if rev == "unknown":
@@ -119,7 +121,7 @@ class Tracker:
             "backends": list(self.cfg.backends),
         }
         with open(os.path.join(self.run_dir, "run_info.json"), "w", encoding="utf-8") as fh:
-            json.dump(info, fh, indent=2)
+            json.dump(redact_obj(info), fh, indent=2)  # argv may hold a URL with a password
 
     # -- logging ------------------------------------------------------------
 

@@ -13,9 +13,10 @@ asked for a stop (see verl/signals.py). At construction the run resumes from
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
 import os
+import time
 
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
@@ -286,7 +287,7 @@ class RunLifecycle:
         else:
             def write(folder):
                 save_pretrained_into(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
-        with checkpoint_write():  # a forced stop lets a checkpoint being written finish (verl/signals.py)
+        with checkpoint_write(), _disk_errors(f"step {t.global_step}'s checkpoint", self.checkpoints.root):
             path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
             note_checkpoint(path)
         if kind == "full":
@@ -295,12 +296,11 @@ class RunLifecycle:
 
     def finish(self, redo: bool = False) -> None:
         """The final save (checkpoint.save_mode) and the run's end: the actor (or the LoRA
-        adapters) in save_dir itself, plus the full state under checkpoints/ for `full`.
+        adapters) in save_dir itself, plus the full state under checkpoints/ for `full`; then the
+        baseline prompt's answer after training (an extra, after everything is saved).
         run_state.json, written last, lists the final files (sizes, checksums): a resume that
         finds them incomplete redoes this from the full state of the last step (`redo`)."""
         t = self.trainer
-        if not (redo and self._logged_text("baseline/after", t.global_step)):
-            self._baseline("after")
         mode = t.config.checkpoint.save_mode
         complete = t.global_step >= t.config.training.total_steps  # else: training.max_minutes ran out
         full = None
@@ -309,13 +309,20 @@ class RunLifecycle:
                     else self.save_checkpoint("full", "final" if complete else "time budget"))
         if mode == "lora":
             check_lora_model(t.actor.model)
-        files = save_model_folder(t.actor.model, t.tokenizer, t.output_dir, merge_lora=mode != "lora")
-        path = t.output_dir
-        test_kill_point("final_before_run_state")
-        write_run_state(t.output_dir, finished=complete, global_step=t.global_step,
-                        total_steps=t.config.training.total_steps, save_mode=mode, full_state=full,
-                        final_files=file_records(t.output_dir, files))
+        with _disk_errors("the final save", t.output_dir):
+            files = save_model_folder(t.actor.model, t.tokenizer, t.output_dir, merge_lora=mode != "lora")
+            path = t.output_dir
+            test_kill_point("final_before_run_state")
+            write_run_state(t.output_dir, finished=complete, global_step=t.global_step,
+                            total_steps=t.config.training.total_steps, save_mode=mode, full_state=full,
+                            final_files=file_records(t.output_dir, files))
         test_kill_point("final_after_run_state")
+        # The optional extras come after the save, so a stop during them loses nothing.
+        if not (redo and self._logged_text("baseline/after", t.global_step)):
+            try:
+                self._baseline("after")
+            except Interrupted:
+                self._say("the baseline prompt's answer after training was skipped: a stop was requested")
         what = "LoRA adapters" if mode == "lora" else "actor"
         ended = "finished" if complete else "stopped (training.max_minutes)"
         print(f"training {ended} at step {t.global_step}; {what} saved to {path}"
@@ -340,3 +347,17 @@ class RunLifecycle:
             self.util = None
         self.tracker.close()
         self._lock.release(self)  # another run may use the folder now
+
+
+@contextlib.contextmanager
+def _disk_errors(what: str, folder: str):
+    """A save that the file system refuses (a folder made read-only, a full disk) becomes one line
+    (CheckpointError: exit 2) naming the folder and the reason; the saves before it are untouched
+    (each is written into a temporary folder first)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or folder
+        raise CheckpointError(f"checkpoint.save_dir: {what} could not be written to {where}: {exc.strerror or exc}; "
+                              "the checkpoints saved before it are kept; free or fix the folder and continue "
+                              "with --resume auto") from None

@@ -48,13 +48,27 @@ class RolloutStage:
 
     def _sample_and_score(self, prompts: Batch, sampling, reward_metrics: dict) -> Batch:
         """One generation and its scores; the reward metrics of the last call land in `reward_metrics`."""
-        batch = self.engine.generate(prompts, sampling)
+        batch = self._generate(prompts, sampling)
         batch.scores, scored = self.score(batch)
         self.hooks.extra_rollouts(prompts, batch, self.engine, self.score)
         scored.update(self.hooks.shape_scores(batch, sampling.max_new_tokens))
         reward_metrics.clear()
         reward_metrics.update(scored)
         return batch
+
+    def _generate(self, prompts: Batch, sampling) -> Batch:
+        try:
+            return self.engine.generate(prompts, sampling)
+        except RuntimeError as exc:
+            if "probability tensor contains" not in str(exc):
+                raise
+            from verl.workers.optim import NonFiniteWeights
+
+            # torch.multinomial's check: the logits are NaN/Inf. With finite weights (the update checks
+            # them) that is an overflow in the forward: weights grown too large by too big a step.
+            raise NonFiniteWeights("training.lr: the policy's sampling probabilities are NaN/Inf (its logits "
+                                   "overflowed: the weights grew too large in the updates so far); lower the "
+                                   "learning rate (with model.dtype float16, use bfloat16)") from None
 
     @stage("reward")
     def score(self, batch: Batch):

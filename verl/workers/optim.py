@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from verl.errors import ConfigError
+
 
 def build_optimizer(params, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters; the fused kernel (one pass over params, grads and
@@ -59,7 +61,32 @@ def guarded_step(pairs: dict, grad_clip: float) -> tuple[dict, bool]:
         if ok:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    if ok:
+        check_weights_finite(pairs, norms)
     return norms, ok
+
+
+LR_KEYS = {"actor": "training.lr", "critic": "training.critic_lr (10 x training.lr unless set)"}
+
+
+def check_weights_finite(pairs: dict, norms: dict) -> None:
+    """Stop with one line when a step with finite gradients made the weights NaN/Inf (a step size
+    such as lr=1e308 overflows them): those weights cannot be undone, so the run ends before they
+    reach a checkpoint, the engine or another step. One fused max-abs pass over each role's weights
+    (the inf-norm: finite exactly when every weight is, where a 2-norm of large finite weights overflows)."""
+    for role, (optimizer, params) in pairs.items():
+        params = [p.detach() for p in params if p.requires_grad]
+        if not params or math.isfinite(float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))):
+            continue
+        lr = optimizer.param_groups[0].get("lr")
+        raise NonFiniteWeights(f"{LR_KEYS.get(role, 'training.lr')}: the {role}'s update at lr {lr:g} made its "
+                               f"weights NaN/Inf although the gradients were finite (norm {norms[role]:.3g}): the "
+                               "step is too large; lower the learning rate. The run stopped before saving them "
+                               "(earlier checkpoints are as they were)")
+
+
+class NonFiniteWeights(ConfigError):
+    """A finite update overflowed the weights: a learning rate out of range (exit 2, one line)."""
 
 
 class TrainingState:
