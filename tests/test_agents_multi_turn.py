@@ -179,6 +179,42 @@ def test_environment_turns_rewards_and_a_raising_environment(qwen_tok):
     out = mt.generate(_prompts(tok, ["a"])[0], SamplingParams(max_new_tokens=8))
     assert out.extra[0]["turns"][-1]["ok"] is False and "boom" in out.extra[0]["turns"][-1]["text"]
     assert out.extra[0]["num_turns"] == 1
+    # one reset and one step that raised: a rate of 1/2, and no tool was called
+    assert mt.metrics()["agent/env_error_rate"] == 0.5 and mt.metrics()["agent/tool_error_rate"] == 0.0
+
+
+class ResetFailsForOdd(Environment):
+    def reset(self, sample):
+        if "odd" in sample["prompt"]:
+            raise ValueError("no such level")
+        return "go"
+
+    def step(self, action_text):
+        return StepResult("done", reward=1.0, done=True)
+
+
+def test_an_environment_whose_reset_raises(qwen_tok, caplog):
+    """reset() raising for some trajectories: they end before any model turn, with a warning that
+    counts them; raising for every trajectory is one line naming rollout.environment, not a batch of
+    empty responses trained on."""
+    import pytest
+
+    from verl.errors import ConfigError
+
+    tok = qwen_tok
+    say = _enc(tok, "x") + [tok.eos_token_id]
+    mt = MultiTurnRollout(ScriptedEngine(tok, [[say]]), tok, RolloutConfig(environment="x:Y"), chat=True,
+                          environment=ResetFailsForOdd)
+    with caplog.at_level("WARNING"):
+        out = mt.generate(_prompts(tok, ["even", "odd"])[0], SamplingParams(max_new_tokens=8))
+    assert out.response_mask[1].sum() == 0 and out.response_mask[0].sum() > 0
+    assert "reset() raised for 1 of 2 trajectories (first: ValueError: no such level)" in caplog.text
+    # 2 resets (1 raised) + 1 step: 1/3
+    assert abs(mt.metrics()["agent/env_error_rate"] - 1 / 3) < 1e-12
+    mt = MultiTurnRollout(ScriptedEngine(tok, [[say]]), tok, RolloutConfig(environment="x:Y"), chat=True,
+                          environment=ResetFailsForOdd)
+    with pytest.raises(ConfigError, match=r"^rollout.environment: reset\(\) raised for all 2 trajectories"):
+        mt.generate(_prompts(tok, ["odd one", "odd two"])[0], SamplingParams(max_new_tokens=8))
 
 
 def test_the_total_token_budget_ends_a_trajectory(qwen_tok):

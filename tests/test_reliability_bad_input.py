@@ -20,6 +20,10 @@ def boom(prompts, responses, samples):
 
 def words(prompts, responses, samples):
     return ["high" for _ in responses]
+
+def hang(prompts, responses, samples):
+    import time
+    time.sleep(600)
 '''
 
 
@@ -55,6 +59,14 @@ def _cases(tmp):
         "resume_missing": run("--resume", str(tmp / "no_checkpoint")),
         "resume_changed_config": run("--resume", changed),
         "unknown_option": run("--sav_dir", "x"),
+        "bad_tool_pattern": run(**{"rollout.tools": "[calculator]", "rollout.multi_turn.tool_format": "regex",
+                                   "rollout.multi_turn.tool_call_pattern": "(?P<name>[a-z+"}),
+        # with async_training the reward runs in the producer thread: the same line and exit code as in sync
+        "async_reward_raises": run(**{"reward_fn.type": "python", "reward_fn.function": f"{r}:boom",
+                                      "async_training.enable": "true", "rollout.hf_weight_copy": "true"}),
+        "async_reward_hangs": run(**{"reward_fn.type": "python", "reward_fn.function": f"{r}:hang",
+                                     "reward_fn.timeout_s": 2, "async_training.enable": "true",
+                                     "rollout.hf_weight_copy": "true"}),
         # policy on_error: zero scores such samples 0, counts them, and trains on
         "reward_raises_zero": run(**{"reward_fn.type": "python", "reward_fn.function": f"{r}:boom",
                                      "reward_fn.on_error": "zero", "checkpoint.save_dir": str(tmp / "zero")}),
@@ -113,6 +125,9 @@ EXPECTED = {  # case -> fragments the single error line must contain
     "resume_missing": ["checkpoint.resume", "no_checkpoint", "does not exist"],
     "resume_changed_config": ["checkpoint.resume", "differs", "training.lr: 0.5 -> 0.001", "--resume_force"],
     "unknown_option": ["unknown option --sav_dir"],
+    "bad_tool_pattern": ["rollout.multi_turn.tool_call_pattern: invalid regular expression", "unterminated"],
+    "async_reward_raises": ["rewards.py:boom", "failed on sample", "ValueError: boom in my reward"],
+    "async_reward_hangs": ["rewards.py:hang", "reward_fn.timeout_s"],
 }
 
 

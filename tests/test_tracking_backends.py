@@ -168,3 +168,33 @@ def test_wandb_disabled_mode_skips_backend(tmp_path, monkeypatch):
     tracker.log({"reward/mean": 1.0}, 1)
     tracker.close()
     assert not (tmp_path / "wandb").exists()
+
+
+def test_wandb_without_a_reachable_server(tmp_path, monkeypatch, capsys):
+    """An API key but no server (here: nothing listens on the base URL): wandb.init gives up after
+    logging.wandb_init_timeout_s (wandb's own default retries for 90 s and more). wandb_mode online:
+    one line naming the keys, a ConfigError (exit 2); auto: the run logs offline, said in one line."""
+    import time
+
+    import wandb  # noqa: F401
+    from verl.errors import ConfigError
+
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        Tracker(LoggingConfig(backends=["wandb"], wandb_mode="online", wandb_init_timeout_s=1), str(tmp_path / "a"), {})
+    assert time.monotonic() - started < 60  # 1 s of init timeout plus wandb's own start and shutdown
+    message = str(err.value)
+    assert message.startswith("logging.wandb_mode: online, but wandb could not reach its server within "
+                              "logging.wandb_init_timeout_s=1 s (CommError: ") and "\n" not in message
+    assert "logging.wandb_mode=offline" in message
+    tracker = Tracker(LoggingConfig(backends=["wandb"], wandb_mode="auto", wandb_init_timeout_s=1),
+                      str(tmp_path / "b"), {})
+    tracker.log(metrics_at(1), 1)
+    tracker.close()
+    assert "logging offline to" in capsys.readouterr().err
+    assert any(d.startswith("offline-run-") for d in os.listdir(tmp_path / "b" / "wandb"))

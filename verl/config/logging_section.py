@@ -18,6 +18,9 @@ class LoggingConfig(Section):
     run_name: Optional[str] = None
     # auto (online when an API key is configured, else offline) | online | offline | disabled
     wandb_mode: str = key("auto", choices=("auto", "online", "offline", "disabled"))
+    # seconds wandb.init may try to reach its server (wandb's own default is 90, retried past it); then
+    # online is one error line, and auto logs offline with a note (verl/tracking/backends.py)
+    wandb_init_timeout_s: float = key(20.0, gt=0)
     log_every: int = key(1, ge=1)
     val_samples: int = key(4, ge=0)  # held-out (prompt, greedy answer, reward) rows printed and logged per validation
     progress_bar: bool = True

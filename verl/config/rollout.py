@@ -125,6 +125,13 @@ class RolloutConfig(Section):
         if mt.tool_format == "regex" and not mt.tool_call_pattern:
             raise ConfigError(f"{path}.multi_turn.tool_call_pattern: required for tool_format: regex, with groups "
                               "(?P<name>...) and (?P<arguments>...)")
+        if mt.tool_call_pattern is not None:  # checked here, before any model loads
+            from verl.agents.parsing import compile_pattern
+
+            try:
+                compile_pattern(mt.tool_call_pattern)
+            except ValueError as exc:
+                raise ConfigError(f"{path}.multi_turn.tool_call_pattern: {exc}") from None
         at_most(self.max_new_tokens, MAX_TOKENS, f"{path}.max_new_tokens", "no model's context is that long")
         at_most(self.n, MAX_SEQUENCES_PER_STEP, f"{path}.n", "samples per prompt must fit in memory")
         check_seed(self.seed, f"{path}.seed")

@@ -29,6 +29,7 @@ rewards; the `environment` reward type scores it).
 from __future__ import annotations
 
 import copy
+import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
@@ -39,9 +40,12 @@ from verl.agents.environment import as_step_result
 from verl.agents.parsing import parse_tool_calls
 from verl.agents.tools import ToolRunner
 from verl.batch import Batch
+from verl.errors import ConfigError
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.token_io import left_padded, pad_id
 from verl.rollout.turn_template import TurnTemplate
+
+logger = logging.getLogger(__name__)
 
 # What ends a model turn that calls a tool, per call format (the stop text stays in the turn).
 CALL_END = {"hermes": "</tool_call>"}
@@ -59,6 +63,8 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0  # failed calls + malformed / over-limit calls
     malformed: int = 0  # calls that could not be run (broken format, over the limit)
+    env_calls: int = 0  # environment reset() + step() calls
+    env_errors: int = 0  # of those, the ones that raised or returned something unusable
     env_reward: float = 0.0
     pending_text: str = ""  # the last model turn's text, for the tool parser / the environment
     last_cut: bool = False  # the last model turn stopped on its token budget
@@ -130,17 +136,31 @@ class MultiTurnRollout(RolloutEngine):
         return batch
 
     def _reset_environments(self, rows: Batch, trajs: list) -> None:
+        """A fresh environment per trajectory and its first observation. One whose reset() raises ends
+        its own trajectory before any model turn (an empty response, no loss), with a warning line; when
+        every reset() raised the environment is broken, and training on empty responses would only hide
+        it: one line naming rollout.environment and the first error (exit 2)."""
+        failed = []
         for t in trajs:
             t.env = self.environment_cls()
             sample = _sample_of(rows, t.row)
+            t.env_calls += 1
             try:
                 first = t.env.reset(sample)
             except Exception as exc:  # noqa: BLE001 - an environment that raises ends its own trajectory only
                 t.turns.append({"role": "environment", "text": f"error: {type(exc).__name__}: {exc}", "ok": False})
                 t.done = True
+                t.env_errors += 1
+                failed.append(f"{type(exc).__name__}: {exc}")
                 continue
             if first:
                 self._append_answer(t, self.turns.observation_turn(first), "environment", first)
+        if failed and len(failed) == len(trajs):
+            raise ConfigError(f"rollout.environment: reset() raised for all {len(trajs)} trajectories of the batch "
+                              f"(first: {failed[0][:200]}); nothing could be generated")
+        if failed:
+            logger.warning("verl: rollout.environment: reset() raised for %d of %d trajectories (first: %s); they end "
+                           "without a model turn", len(failed), len(trajs), failed[0][:200])
 
     def _model_turn(self, rows: Batch, live: list, sampling: SamplingParams, per_turn: int) -> None:
         """One batched engine call: the next model turn of every live trajectory."""
@@ -261,12 +281,13 @@ class MultiTurnRollout(RolloutEngine):
             pool.shutdown(wait=False)
 
     def _environment_step(self, t: Trajectory) -> None:
+        t.env_calls += 1
         try:
             result = as_step_result(t.env.step(t.pending_text))
             reward = float(result.reward)
         except Exception as exc:  # noqa: BLE001 - contained in its trajectory (raises, or returns junk)
             t.turns.append({"role": "environment", "text": f"error: {type(exc).__name__}: {exc}", "ok": False})
-            t.tool_errors += 1
+            t.env_errors += 1
             t.done = True
             return
         t.env_reward += reward
@@ -340,6 +361,8 @@ class MultiTurnRollout(RolloutEngine):
             m[f"agent/tool_calls/{name}"] = count / n
         if self.environment_cls is not None:
             m["agent/env_reward_mean"] = sum(t.env_reward for t in trajs) / n
+            # reset() and step() calls that raised / all of them (a rate in [0, 1])
+            m["agent/env_error_rate"] = sum(t.env_errors for t in trajs) / max(1, sum(t.env_calls for t in trajs))
         return m
 
 

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from verl.errors import ConfigError
 from verl.redact import redact, redact_obj
 from verl.tracking.metrics import fmt, json_safe, lookup
 
@@ -224,12 +225,19 @@ def resolve_wandb_mode(mode: str, wandb, run_dir: str) -> Optional[str]:
     return "offline"
 
 
+def one_line_of(exc: BaseException, limit: int = 200) -> str:
+    """An exception as 'Type: its first line', redacted and shortened (wandb's messages span lines)."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    text = redact(f"{type(exc).__name__}: {first}")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class WandbBackend:
     """A WandB run in `run_dir/wandb`. mode: auto (online when wandb finds an API key, else
     offline, said once), online, offline (local files only, no network; `wandb sync
     run_dir/wandb/offline-run-*` uploads them later)."""
 
-    def __init__(self, run_dir: str, project: str, name: str, mode: str, config: dict):
+    def __init__(self, run_dir: str, project: str, name: str, mode: str, config: dict, init_timeout_s: float = 20.0):
         try:
             import wandb
         except ImportError:
@@ -241,7 +249,24 @@ class WandbBackend:
             ) from None
         self.wandb = wandb
         self.mode = resolve_wandb_mode(mode, wandb, run_dir)
-        self.run = wandb.init(project=project, name=name, mode=self.mode, dir=run_dir, config=config)
+        kwargs = dict(project=project, name=name, dir=run_dir, config=config)
+        try:
+            self.run = wandb.init(mode=self.mode, settings=wandb.Settings(init_timeout=init_timeout_s), **kwargs)
+        except Exception as exc:  # noqa: BLE001 - wandb's CommError/UsageError: no server within the timeout
+            if self.mode == "offline":
+                raise
+            why = one_line_of(exc)
+            if mode != "auto":
+                raise ConfigError(f"logging.wandb_mode: {mode}, but wandb could not reach its server within "
+                                  f"logging.wandb_init_timeout_s={init_timeout_s:g} s ({why}); log offline with "
+                                  "logging.wandb_mode=offline (upload later with `wandb sync`) or remove wandb from "
+                                  "logging.backends") from None
+            folder = os.path.join(run_dir, "wandb")
+            print(f"wandb: an API key is configured but its server did not answer within "
+                  f"logging.wandb_init_timeout_s={init_timeout_s:g} s ({why}); logging offline to {folder} instead; "
+                  f"upload it later with `wandb sync {folder}/offline-run-*`", file=sys.stderr, flush=True)
+            self.mode = "offline"
+            self.run = wandb.init(mode="offline", **kwargs)
 
     def log(self, metrics: dict, step: int) -> None:
         self.run.log(redact_obj(dict(metrics)), step=step)

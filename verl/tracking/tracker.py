@@ -92,7 +92,7 @@ class Tracker:
         if "wandb" in names and logging_cfg.wandb_mode != "disabled":
             self.backends.append(
                 WandbBackend(run_dir, logging_cfg.project, self.run_name, logging_cfg.wandb_mode,
-                             redact_obj(_plain(config_dict or {})))
+                             redact_obj(_plain(config_dict or {})), logging_cfg.wandb_init_timeout_s)
             )
 
         if health is True:

@@ -198,6 +198,8 @@ class AsyncExperience:
                 raise RuntimeError(f"the asynchronous rollout produced no batch in {self.timeout_s:g} s "
                                    f"(async_training.timeout_s); its thread is {'alive' if alive else 'dead'}") from None
             if isinstance(item, BaseException):
+                if _is_input_error(item):  # a reward, data or config error: the same line and exit 2 as in sync
+                    raise item
                 raise RuntimeError(f"the asynchronous rollout failed: {type(item).__name__}: {item}") from item
             staleness = step - item.version
             if staleness > self.k:  # cannot happen while the producer waits; counted if it does
@@ -240,3 +242,13 @@ class AsyncExperience:
                 break
         if self.thread is not None:
             self.thread.join(timeout=self.timeout_s)
+
+
+def _is_input_error(exc: BaseException) -> bool:
+    """Errors of the user's input (a reward that raises or hangs, a bad data row, a config value) that
+    the producer thread met: re-raised as they are, so the CLI reports them as the synchronous loop does."""
+    from verl.data.sources import DataError
+    from verl.errors import ConfigError
+    from verl.rewards.base import RewardError
+
+    return isinstance(exc, (ConfigError, DataError, RewardError))
