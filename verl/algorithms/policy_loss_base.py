@@ -44,6 +44,7 @@ class PolicyLossInputs:
     clip_high: float
     clip_c: float = 0.0
     params: Any = None
+    is_weights: Optional[Tensor] = None  # (B, R), only for a loss with own_is_weights (else applied per token)
 
     @property
     def log_ratio(self) -> Tensor:
@@ -62,6 +63,8 @@ class PolicyLoss:
     name: str
     fn: Callable[[PolicyLossInputs], tuple[Tensor, dict]]
     agg_mode: Optional[str] = None  # the aggregation the formula fixes; None: algorithm.loss_agg_mode
+    dual_clip: bool = False  # reads clip_ratio_c (ppo only; real verl's vanilla is its only loss that does)
+    own_is_weights: bool = False  # combines is_weights itself, instead of multiplying the per-token loss
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}

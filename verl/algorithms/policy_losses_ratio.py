@@ -22,6 +22,13 @@ minimise (B, R); the caller aggregates it.
             averaged over sequences (agg_mode seq-mean-token-mean: L_i on each valid token of i).
             The paper clips at (e^-0.4, e^0.4). Real verl divides by B, counting sequences with no
             valid token; here they are left out (the same when every sequence has a token).
+            Importance weights w_t (is_weights) enter per sequence as their geometric mean, as real
+            verl's: L_i = -A_i * exp((1/|y_i|) sum_t m_t l_t) * exp((1/|y_i|) sum_t m_t log w_t);
+            w = (0.5, 2), A = 1, rho = 1 gives L = -1 (their arithmetic mean would give -1.25).
+            The mean over sequences is over the optimizer step's mini-batch, whatever the
+            micro-batching; real verl's is a mean per micro-batch, and its micro-batch losses are
+            summed, so its step there is k times this one for k micro-batches per mini-batch (the
+            same for one micro-batch). Here micro-batching stays a memory setting.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ def _sapo(x: PolicyLossInputs):
     return -gate * x.advantages, {}
 
 
-@policy_loss("geo_mean", agg_mode="seq-mean-token-mean")
+@policy_loss("geo_mean", agg_mode="seq-mean-token-mean", own_is_weights=True)
 def _geo_mean(x: PolicyLossInputs):
     log_ratio = x.log_ratio  # (B, R)
     sign = torch.sign(x.advantages)
@@ -63,6 +70,8 @@ def _geo_mean(x: PolicyLossInputs):
     seq_ratio = torch.exp(masked_mean(pessimistic, x.mask, dim=-1))  # (B,) geometric mean of the ratios
     seq_adv = masked_mean(x.advantages, x.mask, dim=-1)  # (B,)
     loss_seq = -seq_adv * seq_ratio  # (B,)
+    if x.is_weights is not None:  # their geometric mean per sequence (a constant)
+        loss_seq = loss_seq * torch.exp(masked_mean(torch.log(x.is_weights + 1e-10), x.mask, dim=-1))
     active = ((pessimistic != log_ratio) & (sign != 0)).detach()  # a bound took over (A = 0 tokens carry no loss)
     metrics = dict(pg_clipfrac=_fraction(active, x.mask), pg_clipfrac_high=_fraction(active & (sign > 0), x.mask),
                    pg_clipfrac_low=_fraction(active & (sign < 0), x.mask))

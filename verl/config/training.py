@@ -15,6 +15,9 @@ class TrainingConfig(Section):
     batch_size: int = key(8, ge=1)  # prompts per step
     num_epochs: int = key(1, ge=1)  # passes over each rollout batch (PPO epochs)
     mini_batch_size: Optional[int] = key(None, ge=1)  # sequences per optimizer step; None = whole batch
+    # Draw each epoch's mini-batches at random (when there are several, or several epochs); false:
+    # contiguous slices in batch order, the same every epoch (real verl's actor.shuffle: false)
+    shuffle_minibatches: bool = True
     # sequences per forward/backward; None = auto: 4, or the largest divisor of mini_batch_size below 4
     # (micro-batching splits the same update, so only memory and speed depend on it; a note says so)
     micro_batch_size: Optional[int] = key(None, ge=1, resume_safe=True)

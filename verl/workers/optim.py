@@ -23,9 +23,16 @@ def build_optimizer(params, lr: float, weight_decay: float, device: torch.device
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
-    """Linear warm-up over `warmup_steps`, then constant, linear decay to 0, or cosine to 0."""
+    """The learning rate of step `step` (0-based) over training.lr:
+
+        step < W:  step / W                                       (linear warm-up from 0)
+        after:     1 (constant), 1 - p (linear), (1 + cos(pi p)) / 2 (cosine),  p = (step - W) / (T - W)
+
+    W = warmup_steps, T = total_steps. The first step runs at lr 0, as with transformers'
+    get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup and real verl's copies of
+    them (W = 4: 0, 0.25, 0.5, 0.75, then 1)."""
     if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return step / warmup_steps
     if kind == "constant":
         return 1.0
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
