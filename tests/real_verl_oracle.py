@@ -8,7 +8,8 @@ cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's reg
 tensors and settings}, {"kind": "score", "data_source", "response", "ground_truth"}, {"kind": "lr",
 "scheduler": "constant" | "cosine", "warmup", "total", "steps"} (real verl's schedulers, as its FSDP
 engine builds them) or {"kind": "config", "overrides": [...], "keys": [...]} (real verl's own Hydra
-config, ppo_trainer.yaml, composed with a script's overrides); results.pt: one dict per case (loss and
+config, ppo_trainer.yaml, composed with a script's overrides; a key it does not have is added, a value
+its Hydra cannot parse is quoted, both named in the result); results.pt: one dict per case (loss and
 d loss / d log_probs, advantages and returns, the score, the learning rate of each step, or the resolved
 values of `keys` with the optimizer's after real verl's OptimizerConfig reads them). Only real verl's
 public functions are called; nothing of its code is copied into the project.
@@ -107,12 +108,34 @@ def _run_config(case):
 
     import verl
 
+    import re
+
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     overrides = ["+" + o if o.startswith("+") and not o.startswith("++") else o for o in case["overrides"]]
+    added = []  # keys real verl 0.9.1's config does not have (older names): added, read by nothing there
+    unparsed = []  # keys whose value real verl's Hydra cannot parse (a script's typo): their value quoted
     try:
         with warnings.catch_warnings(), initialize_config_dir(config_dir=config_dir, version_base=None):
             warnings.simplefilter("ignore")
-            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+            while True:
+                try:
+                    cfg = compose(config_name="ppo_trainer", overrides=overrides)
+                    break
+                except ConfigCompositionException as exc:
+                    missing = re.match(r"Could not override '([^']+)'", str(exc))
+                    if not missing or missing.group(1) in added:
+                        raise
+                    added.append(missing.group(1))
+                    overrides = ["+" + o if o.split("=", 1)[0] == missing.group(1) else o for o in overrides]
+                except OverrideParseException as exc:  # a value Hydra cannot parse: quoted, and named
+                    bad = re.search(r"Error parsing override '([^=']+)=", str(exc))
+                    if not bad or bad.group(1) in unparsed:
+                        raise
+                    unparsed.append(bad.group(1))
+                    overrides = [f"{k}='{v}'" if k == bad.group(1) else o for o in overrides
+                                 for k, v in [o.split("=", 1)]]
             values = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
                       for k in case["keys"] for v in [OmegaConf.select(cfg, k, default="<missing>")]}
             from verl.utils.config import omega_conf_to_dataclass
@@ -124,7 +147,7 @@ def _run_config(case):
                     values[f"{section}.optim.{name}"] = getattr(optim, name)
     except Exception as exc:  # the script is not valid in real verl 0.9.1: say why
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
-    return {"values": values}
+    return {"values": values, "added": added, "unparsed": unparsed}
 
 
 RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c),
