@@ -67,8 +67,9 @@ def real_view(v: dict) -> dict:
         "tis_cap": v["algorithm.rollout_correction.rollout_is_threshold"]
         if v["algorithm.rollout_correction.rollout_is"] == "token" else 0.0,
     }
-    if loss not in ("sapo", "geo_mean"):  # real verl's sapo and geo_mean do not read loss_agg_mode
-        out["loss_agg_mode"] = v[f"{A}.loss_agg_mode"]
+    # every loss: real verl's sapo and geo_mean fix their own term's aggregation, but their KL and entropy
+    # terms follow loss_agg_mode
+    out["loss_agg_mode"] = v[f"{A}.loss_agg_mode"]
     if estimator in ("grpo", "gpg", "gdpo"):
         out["norm_adv_by_std"] = {"gpg": False, "gdpo": True}.get(estimator, v["algorithm.norm_adv_by_std_in_grpo"])
     if estimator == "gpg":

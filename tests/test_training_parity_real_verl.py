@@ -173,6 +173,28 @@ def test_geo_mean_over_micro_batches_is_the_mini_batch_mean(tmp_path):
     assert (real_a + real_b).item() == pytest.approx(2 * whole.item(), abs=1e-5)  # two: real verl's is doubled
 
 
+def test_sapo_and_geo_mean_fix_their_own_aggregation_only(base, tmp_path):
+    # Real verl's sapo and geo_mean average their own term per sequence whatever loss_agg_mode says; its
+    # KL loss and entropy bonus follow loss_agg_mode. sapo at rho = 1: L_t = -A_t 4 sigmoid(0) / tau =
+    # -2 A_t / tau (tau_pos 1 where A > 0, tau_neg 1.05 elsewhere). Sequences of 1 and 3 tokens with
+    # A = (1 | 1, 1, -1): token losses -2 | -2, -2, +1.905; per sequence -2 and -0.698, seq-mean -1.349
+    # (token-mean would be (-6 + 1.905) / 4 = -1.024).
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    zeros = torch.zeros(2, 3)
+    adv = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, -1.0]])
+    params = SimpleNamespace(tau_pos=1.0, tau_neg=1.05)
+    loss, _ = compute_policy_loss("sapo", zeros.clone().requires_grad_(True), zeros, adv, mask, clip_ratio_low=0.2,
+                                  clip_ratio_high=0.2, loss_agg_mode="token-mean", params=params)
+    assert loss.item() == pytest.approx((-2 + (-4 + 4 * 0.5 / 1.05) / 3) / 2, abs=1e-6)
+    real = run_real_verl([dict(kind="loss", name="sapo", agg="token-mean", log_probs=zeros, old=zeros, adv=adv,
+                               mask=mask, clip_low=0.2, clip_high=0.2, params=PARAMS)], tmp_path)[0]
+    assert real["loss"].item() == pytest.approx(loss.item(), abs=1e-6)
+    # main_ppo keeps loss_agg_mode for the KL and entropy terms (real verl's KL loss aggregates with it)
+    for mode in ("sapo", "geo_mean"):
+        a = cfg_of(base + [f"{A}.policy_loss.loss_mode={mode}", f"{A}.use_kl_loss=True"]).algorithm
+        assert a.loss_agg_mode == "token-mean", mode
+
+
 # ----------------------------------------------------------------------------- warm-up
 SCHEDULES = [("constant", 4, 10), ("cosine", 2, 6), ("cosine", 0, 5), ("constant", 1, 3)]
 

@@ -11,8 +11,10 @@ aggregation. Registering one is a decorated function:
         return -x.advantages * x.log_probs, {}
 
 `algorithm.policy_loss: my_loss` is then accepted (the config takes its choices from
-POLICY_LOSSES). A loss whose formula fixes the aggregation (GMPO's geometric mean is one number
-per sequence) says so with `agg_mode=`; the config refuses another `algorithm.loss_agg_mode`.
+POLICY_LOSSES). A loss whose formula fixes the aggregation of its own term (GMPO's geometric mean is
+one number per sequence; SAPO averages per sequence) says so with `agg_mode=`; `algorithm.loss_agg_mode`
+then aggregates the KL and entropy terms only (as real verl's sapo and geo_mean do: their
+aggregation is their own, the KL loss and the entropy bonus follow actor.loss_agg_mode).
 """
 
 from __future__ import annotations

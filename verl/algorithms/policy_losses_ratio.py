@@ -11,7 +11,9 @@ minimise (B, R); the caller aggregates it.
   sapo      Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347): a smooth gate
             in place of the hard clip,
                 f(rho, tau) = sigmoid(tau (rho - 1)) * 4 / tau,    L_t = -f(rho_t, tau_t) A_t
-            with tau_t = tau_pos where A_t > 0 and tau_neg otherwise (paper: 1.0 and 1.05).
+            with tau_t = tau_pos where A_t > 0 and tau_neg otherwise (paper: 1.0 and 1.05),
+            averaged per sequence (seq-mean-token-mean, the paper's and real verl's, whatever
+            algorithm.loss_agg_mode says: that one aggregates the KL and entropy terms).
             d f / d rho = 4 sigmoid(.)(1 - sigmoid(.)): 1 at rho = 1 (PPO's on-policy gradient),
             decaying smoothly off-policy; a larger tau decays faster.
   geo_mean  Geometric-Mean Policy Optimization (Zhao et al. 2025, "GMPO", arXiv 2507.20673): one
@@ -53,7 +55,7 @@ def _cispo(x: PolicyLossInputs):
     return -weight * x.advantages * x.log_probs, metrics
 
 
-@policy_loss("sapo")
+@policy_loss("sapo", agg_mode="seq-mean-token-mean")
 def _sapo(x: PolicyLossInputs):
     ratio = torch.exp(x.log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # (B, R)
     tau = torch.where(x.advantages > 0, float(x.param("tau_pos")), float(x.param("tau_neg"))).to(ratio.dtype)

@@ -24,8 +24,6 @@ ESTIMATORS = {
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
               "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
-# loss modes whose real verl function ignores loss_agg_mode and averages per sequence
-SEQUENCE_MEAN_LOSS_MODES = ("sapo", "geo_mean")
 # fsdp_config.model_dtype other than fp32: the trained weights themselves in bf16/fp16, updated with no
 # float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
 MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
@@ -98,13 +96,6 @@ def kl_penalty(value, ctx, key):
 
 def loss_mode(value, ctx, key):
     return {"algorithm.policy_loss": pick(value, key, LOSS_MODES)}
-
-
-def loss_agg_mode(value, ctx, key):
-    """Real verl's sapo and geo_mean losses ignore loss_agg_mode (seq-mean-token-mean always): so here."""
-    if ctx.get(f"{ACTOR}.policy_loss.loss_mode") in SEQUENCE_MEAN_LOSS_MODES:
-        return {"algorithm.loss_agg_mode": "seq-mean-token-mean"}
-    return {"algorithm.loss_agg_mode": value}
 
 
 def clip_bound(ours: str):

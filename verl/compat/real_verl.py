@@ -154,9 +154,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.tau_neg", to("algorithm.loss_params.tau_neg", as_float, note="sapo's gate temperature, A <= 0")),
     (f"{ACTOR}.calculate_sum_pi_squared", ignored("computed exactly when the estimator reads it "
                                                   "(optimal_token_baseline)")),
-    (f"{ACTOR}.loss_agg_mode", custom(conv.loss_agg_mode, "algorithm.loss_agg_mode", default="token-mean",
-                                      note="same four modes; sapo and geo_mean: seq-mean-token-mean, as real "
-                                           "verl's ignore it")),
+    (f"{ACTOR}.loss_agg_mode", to("algorithm.loss_agg_mode", default="token-mean",
+                                  note="same four modes; sapo and geo_mean average their own term per sequence "
+                                       "(both), the KL and entropy terms follow it")),
     (f"{ACTOR}.entropy_coeff", to("algorithm.entropy_coeff", as_float, default=0.0)),
     (f"{ACTOR}.use_kl_loss", to("algorithm.use_kl_loss", as_bool, default=False)),
     (f"{ACTOR}.kl_loss_coef", to("algorithm.kl_loss_coef", as_float, default=0.001)),
