@@ -97,8 +97,9 @@ def real_view(v: dict) -> dict:
 
 def our_view(cfg, keys) -> dict:
     """The same values from our finalized config (`keys`: those real_view has for this script)."""
+    from verl.workers.optim import critic_setting
+
     t, a, r, p = cfg.training, cfg.algorithm, cfg.rollout, cfg.algorithm.loss_params
-    critic_warmup = t.critic_warmup_steps if t.critic_warmup_steps is not None else t.warmup_steps
     every = {
         "lr": t.lr, "weight_decay": t.weight_decay, "lr_scheduler": t.lr_scheduler, "warmup_steps": t.warmup_steps,
         "grad_clip": t.grad_clip, "epochs": t.num_epochs, "mini_batch_sequences": t.mini_batch_size,
@@ -112,9 +113,10 @@ def our_view(cfg, keys) -> dict:
         "loss_agg_mode": a.loss_agg_mode, "norm_adv_by_std": a.norm_adv_by_std_in_grpo, "gpg_alpha": a.gpg_alpha,
         "kl_loss_coef": a.kl_loss_coef, "kl_estimator": a.kl_estimator, "kl_coef": a.kl_coef,
         "kl_ctrl": a.kl_ctrl.type, "gamma": a.gamma, "lam": a.lam, "critic_lr": t.critic_lr,
-        "critic_warmup_steps": critic_warmup, "cliprange_value": a.cliprange_value, "critic_grad_clip": t.grad_clip,
-        "critic_epochs": t.num_epochs, "critic_shuffle": t.shuffle_minibatches,
-        "critic_weight_decay": t.weight_decay, "critic_lr_scheduler": t.lr_scheduler, "critic_master_weights": "fp32",
+        "critic_warmup_steps": critic_setting(t, "warmup_steps"), "cliprange_value": a.cliprange_value,
+        "critic_grad_clip": critic_setting(t, "grad_clip"), "critic_epochs": t.num_epochs,
+        "critic_shuffle": t.shuffle_minibatches, "critic_weight_decay": critic_setting(t, "weight_decay"),
+        "critic_lr_scheduler": critic_setting(t, "lr_scheduler"), "critic_master_weights": "fp32",
         **{k: getattr(p, k) for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef",
                                       "tau_pos", "tau_neg")},
     }

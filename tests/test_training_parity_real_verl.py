@@ -305,3 +305,27 @@ def test_seq_mean_token_sum_norm_divides_by_the_response_length(tmp_path):
                                old=pad(logp, (0, R - 3)), adv=pad(adv, (0, R - 3)), mask=pad(mask, (0, R - 3)),
                                clip_low=0.2, clip_high=0.2)], tmp_path)[0]
     assert real["loss"].item() == pytest.approx(ours.item())
+
+
+def test_the_critic_keeps_its_own_optimizer_settings(base, tmp_path):
+    # real verl's critic.optim is its own (weight decay 0.01, clip 1.0, constant, no warm-up unless its own
+    # keys say so), whatever the actor's optim sets; epochs, mini-batches and their order follow the actor's
+    from verl.workers.optim import critic_setting, role_grad_clip
+
+    actor = [f"{A}.optim.weight_decay=0.1", f"{A}.optim.clip_grad=0.5", f"{A}.optim.lr_warmup_steps=3",
+             f"{A}.optim.lr_scheduler_type=cosine", "trainer.total_training_steps=6"]
+    t = cfg_of(base + ["algorithm.adv_estimator=gae"] + actor).training
+    ours = {k: critic_setting(t, k) for k in ("weight_decay", "grad_clip", "warmup_steps", "lr_scheduler")}
+    assert ours == {"weight_decay": 0.01, "grad_clip": 1.0, "warmup_steps": 0, "lr_scheduler": "constant"}
+    assert (t.weight_decay, t.grad_clip, t.warmup_steps, t.lr_scheduler) == (0.1, 0.5, 3, "cosine")
+    assert (role_grad_clip(t, "actor"), role_grad_clip(t, "critic")) == (0.5, 1.0)
+    real = run_real_verl([dict(kind="config", overrides=[f"{A}.ppo_micro_batch_size_per_gpu=2"] + actor,
+                               keys=[])], tmp_path)[0]["values"]
+    assert (real["critic.optim.weight_decay"], real["critic.optim.clip_grad"], real["critic.optim.lr_warmup_steps"],
+            real["critic.optim.lr_warmup_steps_ratio"], real["critic.optim.lr_scheduler_type"]) == (
+        0.01, 1.0, -1, 0.0, "constant")
+    t = cfg_of(base + ["algorithm.adv_estimator=gae", "critic.optim.weight_decay=0.2", "critic.optim.clip_grad=2",
+                       "critic.optim.warmup_style=cosine", "critic.optim.lr_warmup_steps=2"]).training
+    assert {k: critic_setting(t, k) for k in ("weight_decay", "grad_clip", "warmup_steps", "lr_scheduler")} == {
+        "weight_decay": 0.2, "grad_clip": 2.0, "warmup_steps": 2, "lr_scheduler": "cosine"}
+

@@ -64,13 +64,21 @@ def dual_clip(value, ctx, key):
     return {"algorithm.clip_ratio_c": as_float(value, key)}
 
 
-def clip_grad(value, ctx, key):
-    """optim.clip_grad, or its deprecated name optim.grad_clip when that is not null (it wins, as in
-    real verl's OptimizerConfig); actor.grad_clip is read by nothing in real verl 0.9.1."""
-    old = ctx.get(f"{ACTOR}.optim.grad_clip")
-    if old is not None:
-        return {"training.grad_clip": as_float(old, f"{ACTOR}.optim.grad_clip")}
-    return {"training.grad_clip": as_float(value, key)}
+def _clip_grad(section: str, ours: str):
+    def convert(value, ctx, key):
+        """optim.clip_grad, or its deprecated name optim.grad_clip when that is not null (it wins, as
+        in real verl's OptimizerConfig); actor.grad_clip / critic.grad_clip are read by nothing in real
+        verl 0.9.1."""
+        old = ctx.get(f"{section}.optim.grad_clip")
+        if old is not None:
+            return {ours: as_float(old, f"{section}.optim.grad_clip")}
+        return {ours: as_float(value, key)}
+
+    return convert
+
+
+clip_grad = _clip_grad(ACTOR, "training.grad_clip")
+critic_clip_grad = _clip_grad("critic", "training.critic_grad_clip")
 
 
 def kl_loss_type(value, ctx, key):
@@ -134,8 +142,21 @@ def param_dtype(value, ctx, key):
     return {"model.dtype": pick(value, key, DTYPES)}
 
 
+SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
+
+
 def scheduler(value, ctx, key):
-    return {"training.lr_scheduler": pick(value, key, {"constant": "constant", "cosine": "cosine"})}
+    return {"training.lr_scheduler": pick(value, key, SCHEDULERS)}
+
+
+def critic_scheduler(value, ctx, key):
+    """The critic's own schedule (real verl's critic.optim; its warmup_style, when given, wins)."""
+    if value is None:
+        return {}
+    old = ctx.get("critic.optim.warmup_style")
+    if old is not None and key != "critic.optim.warmup_style":
+        return {}
+    return {"training.critic_lr_scheduler": pick(value, key, SCHEDULERS)}
 
 
 def warmup_steps(value, ctx, key):

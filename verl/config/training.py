@@ -34,6 +34,10 @@ class TrainingConfig(Section):
     lr_scheduler: str = key("constant", choices=("constant", "linear", "cosine"))
     warmup_steps: int = key(0, ge=0)
     critic_warmup_steps: Optional[int] = key(None, ge=0)  # the critic's own warm-up; None -> warmup_steps
+    # the critic's own optimizer settings (real verl's critic.optim has its own); None -> the actor's above
+    critic_weight_decay: Optional[float] = key(None, ge=0)
+    critic_grad_clip: Optional[float] = key(None, ge=0)
+    critic_lr_scheduler: Optional[str] = key(None, choices=("constant", "linear", "cosine"))
     val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)

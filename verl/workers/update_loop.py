@@ -34,7 +34,7 @@ import torch
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
 from verl.workers.micro_batches import MicroBatching
-from verl.workers.optim import guarded_step
+from verl.workers.optim import guarded_step, role_grad_clip
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
             for k, v in part.items():
                 sums[k] += v
             kept.extend(part_kept)
-            norms, ok = guarded_step(optimizers, t.grad_clip)
+            norms, ok = guarded_step(optimizers, {role: role_grad_clip(t, role) for role in optimizers})
             n_updates += 1
             n_bad += not ok
             for role, norm in norms.items():
