@@ -234,8 +234,10 @@ def test_grad_clip_is_read_from_optim_clip_grad(base):
     assert cfg_of(base + [f"{A}.grad_clip=0.5"]).training.grad_clip == 1.0  # real verl 0.9.1 reads nothing there
     assert cfg_of(base + [f"{A}.optim.clip_grad=0.5"]).training.grad_clip == 0.5
     assert cfg_of(base + [f"{A}.optim.clip_grad=0.5", f"+{A}.optim.grad_clip=0.3"]).training.grad_clip == 0.3
-    with pytest.raises(ConfigError, match="critic.optim.clip_grad=0.7 differs"):
-        translate(base + ["critic.optim.clip_grad=0.7"])
+    t = cfg_of(base + ["critic.optim.clip_grad=0.7"]).training  # the critic's own, as real verl's
+    assert (t.grad_clip, t.critic_grad_clip) == (1.0, 0.7)
+    assert cfg_of(base + ["critic.optim.clip_grad=0.7", "+critic.optim.grad_clip=0.2"]).training.critic_grad_clip == 0.2
+    assert cfg_of(base + ["critic.grad_clip=0.4"]).training.critic_grad_clip == 1.0  # read by nothing there
 
 
 def test_bf16_weights_without_a_master_copy_are_refused(base):
