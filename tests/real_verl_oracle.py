@@ -65,7 +65,20 @@ def _run_adv(case):
     elif case["name"] == "optimal_token_baseline":
         adv, ret = fn(**common, old_log_probs=case["old_log_probs"], sum_pi_squared=case["sum_pi_squared"])
     else:
-        adv, ret = fn(**common)
+        kwargs = dict(common)
+        if case["name"] in ("gae", "remax"):
+            kwargs.pop("index")
+        if case["name"] == "gae":
+            kwargs.update(values=case["values"], gamma=case["gamma"], lam=case["lam"])
+        elif case["name"] == "remax":
+            kwargs["reward_baselines"] = case["baselines"]
+        elif case["name"] == "reinforce_plus_plus":
+            from verl.trainer.config import AlgoConfig
+
+            kwargs["config"] = AlgoConfig(gamma=case["gamma"])
+        elif case["name"] == "grpo":
+            kwargs["norm_adv_by_std_in_grpo"] = case.get("norm_by_std", True)
+        adv, ret = fn(**kwargs)
     return {"adv": adv.detach(), "ret": ret.detach()}
 
 

@@ -331,3 +331,57 @@ def test_the_critic_keeps_its_own_optimizer_settings(base, tmp_path):
     assert {k: critic_setting(t, k) for k in ("weight_decay", "grad_clip", "warmup_steps", "lr_scheduler")} == {
         "weight_decay": 0.2, "grad_clip": 2.0, "warmup_steps": 2, "lr_scheduler": "cosine"}
 
+
+CLASSIC = {"gae": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_pp",
+           "reinforce_plus_plus_baseline": "reinforce_pp_baseline", "remax": "remax"}
+
+
+def test_classic_estimators_and_the_vanilla_loss_equal_real_verls(tmp_path):
+    # The estimators and the loss most scripts train with, against real verl's own (groups of 2-8: through
+    # main_ppo rollout.n >= 2 for the group estimators), gae whitened as real verl's is.
+    from test_algorithms_real_verl import SHAPES, random_groups
+    from verl.algorithms.masked import masked_whiten
+
+    g = torch.Generator().manual_seed(11)
+    cases, ours = [], []
+    for b, r in SHAPES:
+        groups = random_groups(g, b, 2)
+        mask = random_mask(g, b, r, holes=True)
+        scores = torch.randint(0, 3, (b,), generator=g).float() / 2
+        last = (mask * torch.arange(r)).argmax(dim=1)
+        token_rewards = torch.zeros(b, r)
+        token_rewards[torch.arange(b), last] = scores
+        values = torch.randn(b, r, generator=g)
+        baselines = torch.rand(b, generator=g)
+        for real_name, name in CLASSIC.items():
+            for norm in ((True, False) if name == "grpo" else (True,)):
+                case = dict(kind="adv", name=real_name, token_rewards=token_rewards, mask=mask, group_ids=groups,
+                            values=values, gamma=0.99, lam=0.95, baselines=baselines, norm_by_std=norm)
+                adv, ret = compute_advantages(name, mask=mask, token_rewards=token_rewards, values=values,
+                                              scores=token_rewards.sum(-1), baseline_scores=baselines,
+                                              group_ids=groups, gamma=0.99, lam=0.95, norm_adv_by_std=norm)
+                if name == "gae":
+                    adv = masked_whiten(adv, mask)
+                cases.append(case)
+                ours.append((adv, ret))
+        old = -torch.rand(b, r, generator=g) * 3 - 0.05
+        log_probs = old + 0.6 * torch.randn(b, r, generator=g)  # ratios beyond 3 too: the dual clip acts
+        adv = 2 * torch.randn(b, r, generator=g)
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+            cases.append(dict(kind="loss", name="vanilla", agg=agg, log_probs=log_probs, old=old, adv=adv, mask=mask,
+                              clip_low=0.2, clip_high=0.28, clip_c=3.0))
+            lp = log_probs.clone().requires_grad_(True)
+            loss, _ = compute_policy_loss("ppo", lp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28,
+                                          clip_ratio_c=3.0, loss_agg_mode=agg, max_response_len=r)
+            loss.backward()
+            ours.append((loss.detach(), lp.grad))
+    for case, (x, y), want in zip(cases, ours, run_real_verl(cases, tmp_path)):
+        label = (case["name"], case.get("agg"), case.get("norm_by_std"), tuple(case["mask"].shape))
+        if case["kind"] == "adv":
+            assert torch.allclose(x * case["mask"], want["adv"].float() * case["mask"], rtol=1e-4, atol=1e-5), label
+            if case["name"] == "gae":  # the critic's targets; the other estimators' returns train nothing
+                assert torch.allclose(y * case["mask"], want["ret"].float() * case["mask"], rtol=1e-4, atol=1e-5), label
+        else:
+            assert torch.allclose(x, want["loss"], rtol=1e-5, atol=1e-6), label
+            assert torch.allclose(y, want["grad"], rtol=1e-4, atol=1e-6), label
+
