@@ -385,3 +385,12 @@ def test_classic_estimators_and_the_vanilla_loss_equal_real_verls(tmp_path):
             assert torch.allclose(x, want["loss"], rtol=1e-5, atol=1e-6), label
             assert torch.allclose(y, want["grad"], rtol=1e-4, atol=1e-6), label
 
+
+def test_greedy_generation_trains_at_temperature_one_or_is_refused(base):
+    # real verl's actor divides its logits by rollout.temperature even when do_sample=False generates greedily;
+    # here greedy answers train at temperature 1, so only temperature 1 (its default) is accepted with it
+    cfg = cfg_of(base + ["actor_rollout_ref.rollout.do_sample=False"])
+    assert cfg.rollout.temperature == 0.0
+    with pytest.raises(ConfigError, match="rollout.temperature=0.7 is not supported: greedy generation"):
+        translate(base + ["actor_rollout_ref.rollout.do_sample=False", "actor_rollout_ref.rollout.temperature=0.7"])
+

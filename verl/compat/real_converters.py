@@ -221,6 +221,9 @@ def rollout_name(value, ctx, key):
 
 def temperature(value, ctx, key):
     if not as_bool(ctx.get(f"{ROLLOUT}.do_sample"), f"{ROLLOUT}.do_sample"):
+        if as_float(value, key) != 1.0:  # real verl's actor still divides its logits by it
+            raise refuse(key, value, f"greedy generation ({ROLLOUT}.do_sample=False) with log-probs trained at "
+                                     f"another temperature; here greedy answers train at temperature 1")
         return {"rollout.temperature": 0.0}  # greedy
     return {"rollout.temperature": as_float(value, key)}
 
