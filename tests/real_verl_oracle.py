@@ -5,10 +5,15 @@ tests compare against (tests/test_algorithms_real_verl.py). Real verl's package 
     python3 tests/real_verl_oracle.py REAL_VERL_DIR cases.pt results.pt
 
 cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's registered name, ...
-tensors and settings} or {"kind": "score", "data_source", "response", "ground_truth"}; results.pt:
-one dict per case (loss and d loss / d log_probs, advantages and returns, or the score and a dict
-result's other entries). Only real verl's public registry functions are called; nothing of its
-code is copied into the project.
+tensors and settings}, {"kind": "score", "data_source", "response", "ground_truth"}, {"kind": "lr",
+"scheduler": "constant" | "cosine", "warmup", "total", "steps"} (real verl's schedulers, as its FSDP
+engine builds them) or {"kind": "config", "overrides": [...], "keys": [...]} (real verl's own Hydra
+config, ppo_trainer.yaml, composed with a script's overrides; a key it does not have is added, a value
+its Hydra cannot parse is quoted, both named in the result); results.pt: one dict per case (loss and
+d loss / d log_probs, advantages and returns, the score and a dict result's other entries, the learning
+rate of each step, or the resolved values of `keys` with the optimizer's after real verl's
+OptimizerConfig reads them). Only real verl's public functions are called; nothing of its code is
+copied into the project.
 """
 
 import sys
@@ -24,7 +29,8 @@ def _actor_config(case):
     return FSDPActorConfig(strategy="fsdp", rollout_n=1, ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=1,
                            clip_ratio=case["clip_low"], clip_ratio_low=case["clip_low"],
                            clip_ratio_high=case["clip_high"], policy_loss=loss_cfg, loss_agg_mode=case["agg"],
-                           tau_pos=p.get("tau_pos", 1.0), tau_neg=p.get("tau_neg", 1.05))
+                           tau_pos=p.get("tau_pos", 1.0), tau_neg=p.get("tau_neg", 1.05),
+                           clip_ratio_c=case.get("clip_c", 3.0))
 
 
 def _run_loss(case):
@@ -34,7 +40,8 @@ def _run_loss(case):
     log_probs = case["log_probs"].clone().requires_grad_(True)
     torch.manual_seed(case.get("seed", 0))
     fn = core_algos.get_policy_loss_fn(case["name"])
-    loss, _ = fn(case["old"], log_probs, case["adv"], case["mask"], case["agg"], _actor_config(case), None)
+    loss, _ = fn(case["old"], log_probs, case["adv"], case["mask"], case["agg"], _actor_config(case),
+                 case.get("is_weights"))
     loss.backward()
     return {"loss": loss.detach(), "grad": log_probs.grad.detach()}
 
@@ -59,7 +66,20 @@ def _run_adv(case):
     elif case["name"] == "optimal_token_baseline":
         adv, ret = fn(**common, old_log_probs=case["old_log_probs"], sum_pi_squared=case["sum_pi_squared"])
     else:
-        adv, ret = fn(**common)
+        kwargs = dict(common)
+        if case["name"] in ("gae", "remax"):
+            kwargs.pop("index")
+        if case["name"] == "gae":
+            kwargs.update(values=case["values"], gamma=case["gamma"], lam=case["lam"])
+        elif case["name"] == "remax":
+            kwargs["reward_baselines"] = case["baselines"]
+        elif case["name"] == "reinforce_plus_plus":
+            from verl.trainer.config import AlgoConfig
+
+            kwargs["config"] = AlgoConfig(gamma=case["gamma"])
+        elif case["name"] == "grpo":
+            kwargs["norm_adv_by_std_in_grpo"] = case.get("norm_by_std", True)
+        adv, ret = fn(**kwargs)
     return {"adv": adv.detach(), "ret": ret.detach()}
 
 
@@ -77,7 +97,82 @@ def _run_score(case):
     return {"score": float(res)}
 
 
-RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c)}
+def _run_lr(case):
+    """The learning rate (over a base of 1) each of `steps` optimizer steps runs at."""
+    import torch
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    if case["scheduler"] == "constant":
+        scheduler = get_constant_schedule_with_warmup(optimizer=optimizer, num_warmup_steps=case["warmup"])
+    else:
+        scheduler = get_cosine_schedule_with_warmup(optimizer=optimizer, num_warmup_steps=case["warmup"],
+                                                    num_training_steps=case["total"], min_lr_ratio=0.0, num_cycles=0.5)
+    lrs = []
+    for _ in range(case["steps"]):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return {"lr": lrs}
+
+
+def _run_config(case):
+    """Real verl's resolved config for a command line's overrides: {"values": {key: value}} or {"error"}.
+    A `+key=` of a key real verl 0.9.1 already has is applied as `++key=` (the scripts were written
+    for a release without it). The optimizer keys are read after real verl's OptimizerConfig
+    (its deprecated grad_clip and warmup_style names), as its engine reads them."""
+    import os
+    import warnings
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import verl
+
+    import re
+
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    overrides = ["+" + o if o.startswith("+") and not o.startswith("++") else o for o in case["overrides"]]
+    added = []  # keys real verl 0.9.1's config does not have (older names): added, read by nothing there
+    unparsed = []  # keys whose value real verl's Hydra cannot parse (a script's typo): their value quoted
+    try:
+        with warnings.catch_warnings(), initialize_config_dir(config_dir=config_dir, version_base=None):
+            warnings.simplefilter("ignore")
+            while True:
+                try:
+                    cfg = compose(config_name="ppo_trainer", overrides=overrides)
+                    break
+                except ConfigCompositionException as exc:
+                    missing = re.match(r"Could not override '([^']+)'", str(exc))
+                    if not missing or missing.group(1) in added:
+                        raise
+                    added.append(missing.group(1))
+                    overrides = ["+" + o if o.split("=", 1)[0] == missing.group(1) else o for o in overrides]
+                except OverrideParseException as exc:  # a value Hydra cannot parse: quoted, and named
+                    bad = re.search(r"Error parsing override '([^=']+)=", str(exc))
+                    if not bad or bad.group(1) in unparsed:
+                        raise
+                    unparsed.append(bad.group(1))
+                    overrides = [f"{k}='{v}'" if k == bad.group(1) else o for o in overrides
+                                 for k, v in [o.split("=", 1)]]
+            values = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                      for k in case["keys"] for v in [OmegaConf.select(cfg, k, default="<missing>")]}
+            from verl.utils.config import omega_conf_to_dataclass
+
+            for section in ("actor_rollout_ref.actor", "critic"):
+                optim = omega_conf_to_dataclass(OmegaConf.select(cfg, f"{section}.optim"))
+                for name in ("clip_grad", "lr_scheduler_type", "lr", "lr_warmup_steps", "lr_warmup_steps_ratio",
+                             "weight_decay", "min_lr_ratio", "num_cycles"):
+                    values[f"{section}.optim.{name}"] = getattr(optim, name)
+    except Exception as exc:  # the script is not valid in real verl 0.9.1: say why
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    return {"values": values, "added": added, "unparsed": unparsed}
+
+
+RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c),
+           "lr": lambda c: _run_lr(c), "config": lambda c: _run_config(c)}
 
 
 def main(real_verl_dir: str, cases_path: str, results_path: str) -> None:

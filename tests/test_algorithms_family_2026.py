@@ -188,10 +188,24 @@ def test_presets_resolve(name):
         assert getattr(a, k) == v or isinstance(v, dict), (k, getattr(a, k), v)
 
 
-def test_geo_mean_refuses_another_aggregation():
-    with pytest.raises(ConfigError, match="algorithm.loss_agg_mode: policy loss 'geo_mean'"):
-        config_from_dict({"algorithm": {"name": "grpo", "policy_loss": "geo_mean", "loss_agg_mode": "token-mean"}})
-    # left unset, geo_mean brings its own aggregation whatever the preset says
+def test_geo_mean_keeps_its_own_aggregation_and_loss_agg_mode_serves_the_kl_term():
+    # geo_mean's term is one number per sequence: seq-mean-token-mean whatever loss_agg_mode says, which then
+    # aggregates the KL and entropy terms (as real verl's). Two sequences of 1 and 3 tokens, rho = 1, A = 1:
+    # L_i = -1 each, mean -1 (a token-mean of L_i on each token would be -1 too: A = (1 | 2) tells them
+    # apart: seq-mean (-1 - 2) / 2 = -1.5, token-mean (-1 - 6) / 4 = -1.75).
+    import torch
+
+    from verl.algorithms.policy_losses import compute_policy_loss
+
+    cfg = config_from_dict({"algorithm": {"name": "grpo", "policy_loss": "geo_mean", "loss_agg_mode": "token-mean"}})
+    assert cfg.algorithm.loss_agg_mode == "token-mean"
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([[1.0, 0.0, 0.0], [2.0, 2.0, 2.0]])
+    zeros = torch.zeros(2, 3)
+    loss, _ = compute_policy_loss("geo_mean", zeros, zeros, adv, mask, clip_ratio_low=0.4, clip_ratio_high=0.4,
+                                  loss_agg_mode="token-mean")
+    assert loss.item() == pytest.approx(-1.5)
+    # left unset, geo_mean's aggregation serves the other terms too, whatever the preset says
     cfg = config_from_dict({"algorithm": {"name": "grpo", "policy_loss": "geo_mean"}})
     assert cfg.algorithm.loss_agg_mode == "seq-mean-token-mean"
 

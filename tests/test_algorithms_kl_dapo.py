@@ -63,7 +63,7 @@ def test_k1_and_k3_are_unbiased_kl_estimates():
 
 def test_apply_kl_in_reward_by_hand():
     # k1 = old - ref = [0.5, 0, -0.3, (masked) 2] ; beta = 0.1
-    # rewards = [0 - .05, 0 - 0, 1 + .03, 0] ; mean_kl = (0.5 + 0 - 0.3)/3
+    # rewards = [0 - .05, 0 - 0, 1 + .03, 0] ; mean_kl = (0.5 + 0 - 0.3)/3 (one sequence)
     scores = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
     old = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
     ref = torch.tensor([[-1.5, -1.0, -0.7, -3.0]])
@@ -71,6 +71,13 @@ def test_apply_kl_in_reward_by_hand():
     rewards, mean_kl = apply_kl_in_reward(scores, old, ref, mask, kl_coef=0.1, estimator="k1")
     assert torch.allclose(rewards, torch.tensor([[-0.05, 0.0, 1.03, 0.0]]))
     assert isinstance(mean_kl, float) and mean_kl == pytest.approx(0.2 / 3)
+    # two sequences of 3 and 1 tokens: the mean of their means, as real verl's apply_kl_penalty
+    # ((0.5 + 0 - 0.3) / 3 and 2 -> (0.0667 + 2) / 2 = 1.0333), not the token mean (2.2 / 4 = 0.55)
+    scores2, old2 = torch.zeros(2, 4), -torch.ones(2, 4)
+    ref2 = torch.stack([ref[0], torch.tensor([-3.0, -1.0, -1.0, -1.0])])
+    mask2 = torch.stack([mask[0], torch.tensor([1.0, 0.0, 0.0, 0.0])])
+    _, mean_kl = apply_kl_in_reward(scores2, old2, ref2, mask2, kl_coef=0.1, estimator="k1")
+    assert mean_kl == pytest.approx((0.2 / 3 + 2.0) / 2)
 
 
 def test_adaptive_kl_controller_by_hand():

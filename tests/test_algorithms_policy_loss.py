@@ -161,7 +161,8 @@ def test_policy_gradient_split_equals_whole(kind, mode):
     adv = torch.randn(B, R, generator=g)
     mask = (torch.rand(B, R, generator=g) > 0.3).float()
     mask[4] = 0.0
-    kw = dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, loss_agg_mode=mode, max_response_len=R)
+    kw = dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0 if kind == "ppo" else 0.0,
+              loss_agg_mode=mode, max_response_len=R)
     whole, _ = compute_policy_loss(kind, logp, old, adv, mask, **kw)
     (g_whole,) = torch.autograd.grad(whole, logp)
     n_tok, n_seq = count_tokens_and_seqs(mask)

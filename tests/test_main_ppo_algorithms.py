@@ -8,6 +8,7 @@ import math
 import pytest
 
 from test_main_ppo import _write_gsm8k
+from verl.algorithms.policy_losses import POLICY_LOSSES
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
 from verl.trainer.main_ppo import main
@@ -42,7 +43,9 @@ def test_sapo_script_and_its_temperatures(base):
     a = algo(base + ["algorithm.adv_estimator=grpo", f"{A}.policy_loss.loss_mode=sapo", f"{A}.tau_pos=1.0",
                      f"{A}.tau_neg=1.2", f"{A}.loss_agg_mode=token-mean"])
     assert (a.policy_loss, a.loss_params.tau_pos, a.loss_params.tau_neg) == ("sapo", 1.0, 1.2)
-    assert a.loss_agg_mode == "seq-mean-token-mean"  # as real verl, which ignores loss_agg_mode for sapo
+    # sapo's own term averages per sequence whatever loss_agg_mode says (real verl's too); the KL and
+    # entropy terms follow loss_agg_mode in both
+    assert a.loss_agg_mode == "token-mean" and POLICY_LOSSES["sapo"].agg_mode == "seq-mean-token-mean"
 
 
 def test_gmpo_script(base):
@@ -50,7 +53,8 @@ def test_gmpo_script(base):
     a = algo(base + ["algorithm.adv_estimator=grpo", f"{A}.policy_loss.loss_mode=geo_mean", f"{A}.clip_ratio_low=0.4",
                      f"{A}.clip_ratio_high=0.4", f"{A}.loss_agg_mode=token-mean", f"{A}.use_kl_loss=False"])
     assert (a.policy_loss, a.clip_ratio_low, a.clip_ratio_high, a.loss_agg_mode) == ("geo_mean", 0.4, 0.4,
-                                                                                      "seq-mean-token-mean")
+                                                                                      "token-mean")
+    assert POLICY_LOSSES["geo_mean"].agg_mode == "seq-mean-token-mean"  # its own term, as real verl's
 
 
 def test_gpg_and_otb_scripts(base):

@@ -339,11 +339,18 @@ def test_critic_warmup_rollout_correction_and_gen_batch(tmp_path):
     from verl.workers.optim import build_scheduler
     import torch
 
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    # step 0 of a linear warm-up over w steps: (0 + 1) / w -> actor 1/2, critic 1/1
-    assert build_scheduler(opt, cfg.training).get_last_lr() == [0.5]
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    assert build_scheduler(opt, cfg.training, critic=True).get_last_lr() == [1.0]
+    def lrs(critic: bool) -> list:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        scheduler, out = build_scheduler(opt, cfg.training, critic=critic), []
+        for _ in range(3):
+            out.append(scheduler.get_last_lr()[0])
+            opt.step()
+            scheduler.step()
+        return out
+
+    # a linear warm-up over w steps runs step s at s / w, as real verl's: actor w = 2 -> 0, 1/2, 1; critic w = 1
+    assert lrs(critic=False) == [0.0, 0.5, 1.0]
+    assert lrs(critic=True) == [0.0, 1.0, 1.0]
     cfg = load_translated(translate(base + ["algorithm.rollout_correction.rollout_is=token",
                                             "algorithm.rollout_correction.rollout_is_threshold=3.0"]))
     assert cfg.rollout.tis_cap == 3.0

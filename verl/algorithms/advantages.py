@@ -178,6 +178,7 @@ class AdvantageInputs:
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std: bool = True
+    gpg_alpha: str = "valid"  # gpg's alpha count: valid | nonzero (compute_gpg)
 
     def need(self, name: str):
         value = getattr(self, name)

@@ -11,8 +11,10 @@ authors and gives it its return (no baseline).
           B_valid: samples of groups whose rewards are not all equal (the paper's B - M, M the
           samples with zero advantage), so that the valid samples' gradient is not diluted by
           the invalid ones; F_norm = std_g(i) r + eps with norm_by_std, else 1 (the paper's
-          default). Real verl divides by the count of samples with a nonzero reward instead
-          (`alpha` lets a caller give that).
+          default). Real verl divides by the count of samples with a nonzero reward instead,
+              alpha = B / max(1, #{i: r_i != 0})      (algorithm.gpg_alpha: nonzero; main_ppo's)
+          and never divides by the std: rewards (1, 0, 0, 0) in one group give (3, -1, -1, -1)
+          there (alpha 4, mean 1/4), (0.75, -0.25, -0.25, -0.25) with alpha = B / B_valid = 1.
   opo     Hao et al. 2025 ("On-Policy RL with Optimal Reward Baseline", arXiv 2505.23585): the
           length-weighted baseline that minimises the gradient variance when the gradient norm
           grows with the response length |y|,
@@ -46,10 +48,13 @@ Tensor = torch.Tensor
 
 @torch.no_grad()
 def compute_gpg(scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: bool = False,
-                alpha: Optional[float] = None, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """GPG advantage (module docstring); `alpha` None: B / B_valid."""
+                alpha: Optional[float] = None, eps: float = 1e-6, alpha_count: str = "valid") -> tuple[Tensor, Tensor]:
+    """GPG advantage (module docstring); `alpha` None: B / B_valid (alpha_count "valid") or
+    B / (samples with a nonzero reward) (alpha_count "nonzero", real verl's)."""
     size, mean, std = group_stats(scores, group_ids)
     in_group = size > 1
+    if alpha is None and alpha_count == "nonzero":
+        alpha = len(scores) / max(1, int(torch.count_nonzero(scores)))
     if alpha is None:
         valid = in_group & (std > 0)
         alpha = len(scores) / max(1, int(valid.sum()))
@@ -122,7 +127,8 @@ def compute_optimal_token_baseline(token_rewards: Tensor, mask: Tensor, group_id
 
 @estimator("gpg", compares_group=True)
 def _gpg(x: AdvantageInputs):
-    return compute_gpg(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std)
+    return compute_gpg(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std,
+                       alpha_count=x.gpg_alpha)
 
 
 @estimator("opo", compares_group=True)

@@ -65,14 +65,17 @@ def apply_kl_in_reward(
         rewards[i, t] = scores[i, t] - beta * kl[i, t] * m[i, t]
 
     where kl uses the rollout (old) policy's log-probs. Returns (rewards (B, R), mean_kl) with
-    mean_kl = sum(m * kl) / sum(m), the per-token KL over the batch (the number an
-    `AdaptiveKLController` steers towards `target_kl`).
+
+        mean_kl = (1/B) sum_i ( sum_t m_it kl_it / sum_t m_it )      (0 for a row with no token)
+
+    the mean over sequences of each one's mean KL: the number an `AdaptiveKLController` steers
+    towards `target_kl`, as real verl's apply_kl_penalty and TRL's PPO measure it.
     """
     mask = mask.to(token_level_scores.dtype)
     kl = kl_penalty(old_log_probs, ref_log_probs, estimator)  # (B, R)
     kl = torch.where(mask != 0, kl, torch.zeros_like(kl))
     rewards = token_level_scores - kl_coef * kl * mask
-    return rewards, float(masked_mean(kl, mask).item())
+    return rewards, float(masked_mean(kl, mask, dim=-1).mean().item())
 
 
 class FixedKLController:

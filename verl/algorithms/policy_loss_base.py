@@ -11,8 +11,10 @@ aggregation. Registering one is a decorated function:
         return -x.advantages * x.log_probs, {}
 
 `algorithm.policy_loss: my_loss` is then accepted (the config takes its choices from
-POLICY_LOSSES). A loss whose formula fixes the aggregation (GMPO's geometric mean is one number
-per sequence) says so with `agg_mode=`; the config refuses another `algorithm.loss_agg_mode`.
+POLICY_LOSSES). A loss whose formula fixes the aggregation of its own term (GMPO's geometric mean is
+one number per sequence; SAPO averages per sequence) says so with `agg_mode=`; `algorithm.loss_agg_mode`
+then aggregates the KL and entropy terms only (as real verl's sapo and geo_mean do: their
+aggregation is their own, the KL loss and the entropy bonus follow actor.loss_agg_mode).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PolicyLossInputs:
     clip_high: float
     clip_c: float = 0.0
     params: Any = None
+    is_weights: Optional[Tensor] = None  # (B, R), only for a loss with own_is_weights (else applied per token)
 
     @property
     def log_ratio(self) -> Tensor:
@@ -62,6 +65,8 @@ class PolicyLoss:
     name: str
     fn: Callable[[PolicyLossInputs], tuple[Tensor, dict]]
     agg_mode: Optional[str] = None  # the aggregation the formula fixes; None: algorithm.loss_agg_mode
+    dual_clip: bool = False  # reads clip_ratio_c (ppo only; real verl's vanilla is its only loss that does)
+    own_is_weights: bool = False  # combines is_weights itself, instead of multiplying the per-token loss
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}

@@ -12,7 +12,10 @@ rho_t = exp(logp_t - old_t) is the token's importance ratio.
   gspo       Zheng et al. 2025 ("Group Sequence Policy Optimization"), GSPO-token form:
                  s_i    = exp( (1/|y_i|) sum_t m_t (logp_t - old_t) )        (sequence ratio)
                  s_i,t  = sg[s_i] * exp(logp_t - sg[logp_t])                  (value s_i,
-                          gradient s_i * grad logp_t), then clipped like ppo with s_i,t.
+                          gradient s_i * grad logp_t), then clipped like ppo with s_i,t,
+                          with no dual clip (the paper has none; real verl's gspo reads no
+                          clip_ratio_c): A = -1, s_i = e^3 on 3 tokens gives L = e^3 = 20.09 and
+                          d L / d logp_t = e^3 / 3 = 6.70 per token (token-mean).
   reinforce  L_t = -A_t logp_t (Williams 1992). Its gradient equals ppo's at rho = 1, i.e.
              for on-policy, single-epoch updates; no ratio, no clipping.
   gpg        Chu et al. 2025 ("GPG: A Simple and Strong Reinforcement Learning Baseline for
@@ -51,7 +54,7 @@ def _no_clipping(like: Tensor) -> dict:
     return dict(pg_clipfrac=zero, pg_clipfrac_high=zero, pg_clipfrac_low=zero, pg_clipfrac_lower=zero)
 
 
-@policy_loss("ppo")
+@policy_loss("ppo", dual_clip=True)
 def _ppo(x: PolicyLossInputs):
     ratio = torch.exp(x.log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
     return clipped_surrogate(ratio, x.advantages, x.mask, x.clip_low, x.clip_high, x.clip_c)
@@ -62,7 +65,7 @@ def _gspo(x: PolicyLossInputs):
     seq_log_ratio = masked_mean(x.log_ratio.detach(), x.mask, dim=-1)  # (B,) log s_i
     # value log s_i on every token; gradient of token t flows only through logp_t
     log_ratio = (seq_log_ratio[:, None] + x.log_probs - x.log_probs.detach()).clamp(max=10.0)  # (B, R)
-    return clipped_surrogate(torch.exp(log_ratio), x.advantages, x.mask, x.clip_low, x.clip_high, x.clip_c)
+    return clipped_surrogate(torch.exp(log_ratio), x.advantages, x.mask, x.clip_low, x.clip_high, 0.0)
 
 
 @policy_loss("gpg")  # GPG's loss is REINFORCE's formula
@@ -94,7 +97,8 @@ def compute_policy_loss(
     """Policy loss (scalar, this micro-batch's share, see `aggregate_loss`) and metrics.
 
     log_probs (B, R) carry gradient (current policy); old_log_probs, advantages, mask,
-    is_weights (B, R) are constants. `params`: the losses' own knobs (AlgorithmConfig.loss_params).
+    is_weights (B, R) are constants; a loss that reads them itself (`own_is_weights`: geo_mean's geometric
+    mean per sequence) gets them in its inputs, the others' per-token loss is multiplied by them. `params`: the losses' own knobs (AlgorithmConfig.loss_params).
     A loss with a fixed aggregation (geo_mean) uses it whatever `loss_agg_mode` says (the config
     refuses the mismatch). Metrics are detached 0-d tensors:
       pg_clipfrac        fraction of valid tokens where a bound was active (clip_cov: tokens detached)
@@ -107,12 +111,15 @@ def compute_policy_loss(
         raise ValueError(f"policy loss '{kind}' is not one of {', '.join(POLICY_LOSSES)}")
     loss_fn = POLICY_LOSSES[kind]
     mask = mask.to(log_probs.dtype)
+    if clip_ratio_c and not loss_fn.dual_clip:
+        raise ValueError(f"policy loss '{kind}' has no dual clip (clip_ratio_c); only ppo's has")
+    own = is_weights.detach() if is_weights is not None and loss_fn.own_is_weights else None
     x = PolicyLossInputs(log_probs, old_log_probs.detach(), advantages.detach(), mask, clip_ratio_low,
-                         clip_ratio_high, clip_ratio_c, params)
+                         clip_ratio_high, clip_ratio_c, params, own)
     loss_mat, metrics = loss_fn.fn(x)
     metrics = {**_no_clipping(log_probs), **metrics}
     metrics.setdefault("ppo_kl", masked_mean(-x.log_ratio.detach(), mask))
-    if is_weights is not None:
+    if is_weights is not None and not loss_fn.own_is_weights:
         loss_mat = loss_mat * is_weights.detach()
     loss = aggregate_loss(loss_mat, mask, loss_fn.agg_mode or loss_agg_mode, num_tokens=num_tokens,
                           num_seqs=num_seqs, max_response_len=max_response_len)

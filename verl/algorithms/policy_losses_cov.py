@@ -9,12 +9,13 @@ The covariance term of token t, over the valid tokens of the batch the loss sees
 
   clip_cov  PPO's clipped loss, but a random clip_cov_ratio share of the valid tokens (at least 1)
             among those PPO did not clip whose cov_t lies in (clip_cov_lb, clip_cov_ub) lose their
-            gradient (their loss is multiplied by 0):  L_t = c_t max(-A_t rho_t, -A_t clip(rho_t)).
+            gradient (their loss is multiplied by 0):  L_t = c_t max(-A_t rho_t, -A_t clip(rho_t)),
+            with no dual clip (neither the paper's code nor real verl's reads clip_ratio_c).
   kl_cov    No clipping; the top kl_cov_ratio share of valid tokens by cov_t (at least 1) pay a KL
             penalty:  L_t = -A_t rho_t + ppo_kl_coef |logp_t - old_t| there, -A_t rho_t elsewhere.
 
-The paper's defaults (and real verl's): clip_cov_ratio 2e-4, bounds (1, 5); kl_cov_ratio 2e-4,
-ppo_kl_coef 1 (algorithm.loss_params). Like the paper's code, the means and the selection are
+The paper's defaults: clip_cov_ratio 2e-4, bounds (1, 5); kl_cov_ratio 2e-4, ppo_kl_coef 1
+(algorithm.loss_params; real verl's PolicyLossConfig has ppo_kl_coef 0.1, which main_ppo sets). Like the paper's code, the means and the selection are
 over the micro-batch the loss is called on, so these two losses (alone here) change with the
 micro-batching; the random selection of clip_cov draws from torch's generator, which the trainer
 seeds per step.
@@ -37,7 +38,7 @@ def _covariance(x: PolicyLossInputs) -> torch.Tensor:
 @policy_loss("clip_cov")
 def _clip_cov(x: PolicyLossInputs):
     ratio = torch.exp(x.log_ratio)
-    loss, metrics = clipped_surrogate(ratio, x.advantages, x.mask, x.clip_low, x.clip_high, x.clip_c)
+    loss, metrics = clipped_surrogate(ratio, x.advantages, x.mask, x.clip_low, x.clip_high, 0.0)
     valid = x.mask > 0
     unclipped_by_ppo = -x.advantages * ratio >= -x.advantages * ratio.clamp(1.0 - x.clip_low, 1.0 + x.clip_high)
     cov = _covariance(x)

@@ -24,8 +24,10 @@ ESTIMATORS = {
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
               "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
-# loss modes whose real verl function ignores loss_agg_mode and averages per sequence
-SEQUENCE_MEAN_LOSS_MODES = ("sapo", "geo_mean")
+# fsdp_config.model_dtype other than fp32: the trained weights themselves in bf16/fp16, updated with no
+# float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
+MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
+                  "here the master weights stay float32 (model.dtype sets the compute dtype)")
 LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}
@@ -33,7 +35,50 @@ DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float1
 
 def adv_estimator(value, ctx, key):
     preset, ours = pick(value, key, ESTIMATORS)
-    return {"algorithm.name": preset, "algorithm.adv_estimator": ours}
+    out = {"algorithm.name": preset, "algorithm.adv_estimator": ours}
+    if ours == "gpg":  # real verl's alpha: B / (samples with a nonzero reward)
+        out["algorithm.gpg_alpha"] = "nonzero"
+    return out
+
+
+# estimators whose real verl function never reads norm_adv_by_std_in_grpo: what it does instead
+# (gpg never divides by the std; gdpo, called without it, always does)
+NORM_BY_STD_FIXED = {"gpg": False, "gdpo": True}
+
+
+def norm_adv_by_std(value, ctx, key):
+    estimator = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1]
+    if estimator in NORM_BY_STD_FIXED:
+        return {"algorithm.norm_adv_by_std_in_grpo": NORM_BY_STD_FIXED[estimator]}
+    return {"algorithm.norm_adv_by_std_in_grpo": as_bool(value, key)}
+
+
+def dual_clip(value, ctx, key):
+    """Real verl's vanilla loss is its only one that reads clip_ratio_c (gspo, clip_cov and the
+    others have no dual clip): set for ppo only."""
+    mode = ctx.get(f"{ACTOR}.policy_loss.loss_mode")
+    if LOSS_MODES.get(mode) != "ppo":
+        if ctx.given(key):
+            ctx.notes.append(f"ignored {key}={value}: real verl's {mode} loss has no dual clip (nor has ours)")
+        return {}
+    return {"algorithm.clip_ratio_c": as_float(value, key)}
+
+
+def _clip_grad(section: str, ours: str):
+    def convert(value, ctx, key):
+        """optim.clip_grad, or its deprecated name optim.grad_clip when that is not null (it wins, as
+        in real verl's OptimizerConfig); actor.grad_clip / critic.grad_clip are read by nothing in real
+        verl 0.9.1."""
+        old = ctx.get(f"{section}.optim.grad_clip")
+        if old is not None:
+            return {ours: as_float(old, f"{section}.optim.grad_clip")}
+        return {ours: as_float(value, key)}
+
+    return convert
+
+
+clip_grad = _clip_grad(ACTOR, "training.grad_clip")
+critic_clip_grad = _clip_grad("critic", "training.critic_grad_clip")
 
 
 def kl_loss_type(value, ctx, key):
@@ -59,13 +104,6 @@ def kl_penalty(value, ctx, key):
 
 def loss_mode(value, ctx, key):
     return {"algorithm.policy_loss": pick(value, key, LOSS_MODES)}
-
-
-def loss_agg_mode(value, ctx, key):
-    """Real verl's sapo and geo_mean losses ignore loss_agg_mode (seq-mean-token-mean always): so here."""
-    if ctx.get(f"{ACTOR}.policy_loss.loss_mode") in SEQUENCE_MEAN_LOSS_MODES:
-        return {"algorithm.loss_agg_mode": "seq-mean-token-mean"}
-    return {"algorithm.loss_agg_mode": value}
 
 
 def clip_bound(ours: str):
@@ -104,8 +142,21 @@ def param_dtype(value, ctx, key):
     return {"model.dtype": pick(value, key, DTYPES)}
 
 
+SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
+
+
 def scheduler(value, ctx, key):
-    return {"training.lr_scheduler": pick(value, key, {"constant": "constant", "cosine": "cosine"})}
+    return {"training.lr_scheduler": pick(value, key, SCHEDULERS)}
+
+
+def critic_scheduler(value, ctx, key):
+    """The critic's own schedule (real verl's critic.optim; its warmup_style, when given, wins)."""
+    if value is None:
+        return {}
+    old = ctx.get("critic.optim.warmup_style")
+    if old is not None and key != "critic.optim.warmup_style":
+        return {}
+    return {"training.critic_lr_scheduler": pick(value, key, SCHEDULERS)}
 
 
 def warmup_steps(value, ctx, key):
@@ -157,9 +208,10 @@ def tis_cap(value, ctx, key):
 
 
 def calculate_log_probs(value, ctx, key):
-    """true: the engine's log-probs on every step (real verl then logs their gap to the actor's);
-    false, real verl's default: here the stale-weights check still asks for them on every
-    rollout.logprob_check_every-th step (10)."""
+    """true (real verl's default): the engine's log-probs on every step (real verl logs their gap
+    to the actor's; neither trains on them unless a rollout correction asks). Not given or false:
+    here the stale-weights check asks for them on every rollout.logprob_check_every-th step (10),
+    which changes no update."""
     return {"rollout.logprob_check_every": 1} if as_bool(value, key) else {}
 
 
@@ -169,6 +221,9 @@ def rollout_name(value, ctx, key):
 
 def temperature(value, ctx, key):
     if not as_bool(ctx.get(f"{ROLLOUT}.do_sample"), f"{ROLLOUT}.do_sample"):
+        if as_float(value, key) != 1.0:  # real verl's actor still divides its logits by it
+            raise refuse(key, value, f"greedy generation ({ROLLOUT}.do_sample=False) with log-probs trained at "
+                                     f"another temperature; here greedy answers train at temperature 1")
         return {"rollout.temperature": 0.0}  # greedy
     return {"rollout.temperature": as_float(value, key)}
 

@@ -75,11 +75,16 @@ class AlgorithmConfig(Section):
     policy_loss: Optional[str] = key(None, choices="verl.algorithms.policy_losses:POLICY_LOSSES", unset="ppo")
     clip_ratio_low: Optional[float] = key(None, gt=0, unset=0.2)
     clip_ratio_high: Optional[float] = key(None, gt=0)  # None -> clip_ratio_low (symmetric)
-    clip_ratio_c: float = 0.0  # dual-clip lower bound for negative advantages; 0 = off
+    clip_ratio_c: float = 0.0  # dual-clip lower bound for negative advantages (ppo's loss only); 0 = off
+    # geo_mean and sapo aggregate their own term per sequence; loss_agg_mode (unset: the same) then
+    # aggregates their KL and entropy terms
     loss_agg_mode: Optional[str] = key(None, choices="verl.algorithms.aggregation:LOSS_AGG_MODES",
-                                       unset="token-mean")  # geo_mean: its own, seq-mean-token-mean
+                                       unset="token-mean")
     loss_params: LossParamsConfig = key(factory=LossParamsConfig)
     norm_adv_by_std_in_grpo: Optional[bool] = key(None, unset=True)
+    # gpg's alpha = B / count: valid = the samples of groups whose rewards differ (the paper's B - M);
+    # nonzero = the samples with a nonzero reward (real verl's, which main_ppo sets)
+    gpg_alpha: str = key("valid", choices=("valid", "nonzero"))
     # Value side
     cliprange_value: float = 0.2
     critic_warmup: int = key(0, ge=0)  # steps during which only the critic trains
@@ -91,10 +96,9 @@ class AlgorithmConfig(Section):
     def validate(self, path: str) -> None:
         if self.clip_ratio_c and self.clip_ratio_c <= 1:
             raise ConfigError(f"{path}.clip_ratio_c: dual-clip bound must be > 1 (or 0 = off), got {self.clip_ratio_c}")
-        fixed = _fixed_agg_mode(self.policy_loss)
-        if fixed and self.loss_agg_mode not in (None, fixed):
-            raise ConfigError(f"{path}.loss_agg_mode: policy loss '{self.policy_loss}' averages one number per "
-                              f"sequence, so it aggregates with {fixed}; got '{self.loss_agg_mode}'")
+        if self.clip_ratio_c and self.policy_loss is not None and not _loss(self.policy_loss).dual_clip:
+            raise ConfigError(f"{path}.clip_ratio_c: the '{self.policy_loss}' loss has no dual clip (only ppo's "
+                              f"has); remove clip_ratio_c or set it to 0")
 
 
 def apply_preset(algo: AlgorithmConfig) -> None:
@@ -110,6 +114,12 @@ def apply_preset(algo: AlgorithmConfig) -> None:
     if algo.clip_ratio_high is None:
         algo.clip_ratio_high = algo.clip_ratio_low
     algo.check(AlgorithmConfig.SECTION)
+
+
+def _loss(policy_loss: str):
+    from verl.algorithms.policy_losses import POLICY_LOSSES
+
+    return POLICY_LOSSES[policy_loss]
 
 
 def _fixed_agg_mode(policy_loss: Optional[str]) -> Optional[str]:

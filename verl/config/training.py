@@ -15,6 +15,9 @@ class TrainingConfig(Section):
     batch_size: int = key(8, ge=1)  # prompts per step
     num_epochs: int = key(1, ge=1)  # passes over each rollout batch (PPO epochs)
     mini_batch_size: Optional[int] = key(None, ge=1)  # sequences per optimizer step; None = whole batch
+    # Draw each epoch's mini-batches at random (when there are several, or several epochs); false:
+    # contiguous slices in batch order, the same every epoch (real verl's actor.shuffle: false)
+    shuffle_minibatches: bool = True
     # sequences per forward/backward; None = auto: 4, or the largest divisor of mini_batch_size below 4
     # (micro-batching splits the same update, so only memory and speed depend on it; a note says so)
     micro_batch_size: Optional[int] = key(None, ge=1, resume_safe=True)
@@ -31,6 +34,10 @@ class TrainingConfig(Section):
     lr_scheduler: str = key("constant", choices=("constant", "linear", "cosine"))
     warmup_steps: int = key(0, ge=0)
     critic_warmup_steps: Optional[int] = key(None, ge=0)  # the critic's own warm-up; None -> warmup_steps
+    # the critic's own optimizer settings (real verl's critic.optim has its own); None -> the actor's above
+    critic_weight_decay: Optional[float] = key(None, ge=0)
+    critic_grad_clip: Optional[float] = key(None, ge=0)
+    critic_lr_scheduler: Optional[str] = key(None, choices=("constant", "linear", "cosine"))
     val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)

@@ -116,7 +116,9 @@ class Trainer:
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
-        self.kl_ctrl.update(policy_kl(batch), n_steps=len(batch))
+        # the adaptive coefficient steers the KL the reward was penalised with (when it is)
+        measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
+        self.kl_ctrl.update(policy_kl(batch) if measured is None else measured, n_steps=len(batch))
         self.counters.global_step += 1
         self._last_batch = batch
         return self.lifecycle.after_step(self._summarize(experience))

@@ -20,7 +20,7 @@ from verl.models.loading import _path_or_hub, attn_implementation, disable_dropo
 from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import IdleOffload
-from verl.workers.optim import TrainingState, build_optimizer, build_scheduler
+from verl.workers.optim import TrainingState, build_optimizer, build_scheduler, critic_setting
 from verl.workers.packing import packed_forward
 from verl.workers.update_loop import MicroLoss, run_update
 
@@ -90,7 +90,8 @@ class Critic(TrainingState):
             self.model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         t = training_cfg
         self.packing_mode, self.micro = micro.with_packing(self.model.trunk, "critic")
-        self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, t.weight_decay, device)
+        self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, critic_setting(t, "weight_decay"),
+                                         device)
         self.scheduler = build_scheduler(self.optimizer, t, critic=True)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.offload = IdleOffload(self.model, device, t.offload_idle_models, self.optimizer)

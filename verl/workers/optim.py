@@ -25,9 +25,16 @@ def build_optimizer(params, lr: float, weight_decay: float, device: torch.device
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
-    """Linear warm-up over `warmup_steps`, then constant, linear decay to 0, or cosine to 0."""
+    """The learning rate of step `step` (0-based) over training.lr:
+
+        step < W:  step / W                                       (linear warm-up from 0)
+        after:     1 (constant), 1 - p (linear), (1 + cos(pi p)) / 2 (cosine),  p = (step - W) / (T - W)
+
+    W = warmup_steps, T = total_steps. The first step runs at lr 0, as with transformers'
+    get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup and real verl's copies of
+    them (W = 4: 0, 0.25, 0.5, 0.75, then 1)."""
     if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return step / warmup_steps
     if kind == "constant":
         return 1.0
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
@@ -36,24 +43,37 @@ def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> 
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def critic_setting(training_cfg, name: str):
+    """training.critic_<name> when set, else training.<name> (the actor's): warmup_steps,
+    weight_decay, grad_clip, lr_scheduler."""
+    own = getattr(training_cfg, f"critic_{name}", None)
+    return getattr(training_cfg, name) if own is None else own
+
+
+def role_grad_clip(training_cfg, role: str) -> float:
+    """The gradient-norm bound of an optimizer role: the critic's own for "critic"."""
+    return critic_setting(training_cfg, "grad_clip") if role == "critic" else training_cfg.grad_clip
+
+
 def build_scheduler(optimizer, training_cfg, critic: bool = False) -> torch.optim.lr_scheduler.LambdaLR:
     """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps.
-    critic: the warm-up is training.critic_warmup_steps when set."""
-    warmup = training_cfg.warmup_steps
-    if critic and training_cfg.critic_warmup_steps is not None:
-        warmup = training_cfg.critic_warmup_steps
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_multiplier(s, warmup, training_cfg.total_steps, training_cfg.lr_scheduler))
+    critic: the warm-up and the schedule are training.critic_warmup_steps / critic_lr_scheduler when set."""
+    t = training_cfg
+    warmup = critic_setting(t, "warmup_steps") if critic else t.warmup_steps
+    kind = critic_setting(t, "lr_scheduler") if critic else t.lr_scheduler
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, t.total_steps, kind))
 
 
-def guarded_step(pairs: dict, grad_clip: float) -> tuple[dict, bool]:
+def guarded_step(pairs: dict, grad_clip) -> tuple[dict, bool]:
     """Clip and step {role: (optimizer, params)} trained by one loss, unless a gradient norm is
     NaN/Inf: then the update is dropped for all (gradients zeroed) and reported, so one bad
-    batch cannot poison the weights. Each role's gradients are clipped on their own.
+    batch cannot poison the weights. Each role's gradients are clipped on their own, at
+    `grad_clip` (a number, or {role: number}; 0 = no clipping).
     Returns ({role: grad norm}, ok)."""
-    max_norm = grad_clip if grad_clip > 0 else float("inf")
     norms = {}
     for role, (_, params) in pairs.items():
+        clip = grad_clip[role] if isinstance(grad_clip, dict) else grad_clip
+        max_norm = clip if clip > 0 else float("inf")
         params = [p for p in params if p.requires_grad]
         norms[role] = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     ok = all(math.isfinite(n) for n in norms.values())

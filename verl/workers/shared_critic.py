@@ -43,7 +43,7 @@ from verl.workers.actor import Actor
 from verl.workers.critic import new_value_head
 from verl.workers.logprobs import response_hidden
 from verl.workers.micro_batches import on_device, pad_response_columns
-from verl.workers.optim import TrainingState, build_optimizer, build_scheduler
+from verl.workers.optim import TrainingState, build_optimizer, build_scheduler, critic_setting
 from verl.workers.update_loop import MicroLoss
 
 
@@ -57,7 +57,8 @@ class ActorWithValueHead(Actor):
         hidden = base_model(self.model).config.get_text_config().hidden_size
         self.head = new_value_head(hidden).to(self.device)
         t = self.training
-        self.head_optimizer = build_optimizer(self.head.parameters(), t.critic_lr, t.weight_decay, self.device)
+        self.head_optimizer = build_optimizer(self.head.parameters(), t.critic_lr, critic_setting(t, "weight_decay"),
+                                              self.device)
         self.head_scheduler = build_scheduler(self.head_optimizer, t, critic=True)
 
     @classmethod

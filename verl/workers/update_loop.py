@@ -2,7 +2,8 @@
 
     for each of training.num_epochs epochs:
         for each mini-batch of training.mini_batch_size rows (shuffled by the worker's own
-                generator, unless one epoch takes the whole batch at once):
+                generator, unless one epoch takes the whole batch at once or
+                training.shuffle_minibatches is false: then contiguous slices in batch order):
             counts = the mini-batch's valid tokens and sequences: every micro-batch's loss is
                      its share of the mini-batch loss, so the shares sum to it
             for each micro-batch of this process's rows (`rank_share`):
@@ -33,7 +34,7 @@ import torch
 from verl.algorithms.masked import count_tokens_and_seqs
 from verl.batch import Batch
 from verl.workers.micro_batches import MicroBatching
-from verl.workers.optim import guarded_step
+from verl.workers.optim import guarded_step, role_grad_clip
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
     sums: dict = defaultdict(float)
     kept: list = []
     n_updates = n_bad = retries = passes = 0
-    shuffle = t.num_epochs > 1 or t.mini_batch_size < len(batch)
+    shuffle = t.shuffle_minibatches and (t.num_epochs > 1 or t.mini_batch_size < len(batch))
     for _ in range(t.num_epochs):
         for mini in batch.iter_minibatches(t.mini_batch_size, generator, shuffle=shuffle):
             num_tokens, num_seqs = count_tokens_and_seqs(mini.response_mask)
@@ -98,7 +99,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
             for k, v in part.items():
                 sums[k] += v
             kept.extend(part_kept)
-            norms, ok = guarded_step(optimizers, t.grad_clip)
+            norms, ok = guarded_step(optimizers, {role: role_grad_clip(t, role) for role in optimizers})
             n_updates += 1
             n_bad += not ok
             for role, norm in norms.items():
