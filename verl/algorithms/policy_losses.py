@@ -106,6 +106,8 @@ def compute_policy_loss(
       pg_clipfrac_low    ... the lower bound (A < 0, rho < 1 - low)
       pg_clipfrac_lower  ... the dual-clip bound (A < 0, rho > c)
       ppo_kl             mean over valid tokens of old_logp - logp (approx. KL(old || new))
+      log_ratio_abs      mean over valid tokens of |logp - old_logp| (0 on-policy: the runtime check,
+                         verl/trainer/invariants.py)
     """
     if kind not in POLICY_LOSSES:
         raise ValueError(f"policy loss '{kind}' is not one of {', '.join(POLICY_LOSSES)}")
@@ -119,6 +121,7 @@ def compute_policy_loss(
     loss_mat, metrics = loss_fn.fn(x)
     metrics = {**_no_clipping(log_probs), **metrics}
     metrics.setdefault("ppo_kl", masked_mean(-x.log_ratio.detach(), mask))
+    metrics["log_ratio_abs"] = masked_mean(x.log_ratio.detach().abs(), mask)
     if is_weights is not None and not loss_fn.own_is_weights:
         loss_mat = loss_mat * is_weights.detach()
     loss = aggregate_loss(loss_mat, mask, loss_fn.agg_mode or loss_agg_mode, num_tokens=num_tokens,

@@ -42,6 +42,14 @@ class TrainingConfig(Section):
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)
     max_bad_steps: int = key(3, ge=1, resume_safe=True)  # consecutive NaN/Inf steps before training stops
+    # Runtime invariants (verl/trainer/invariants.py): the update's first mini-batch must be on-policy
+    # (mean |log pi - log pi_old| <= on_policy_tol), and the engine's log-probs must match the actor's
+    # (rollout/logprob_diff: a warning above logprob_diff_warn, a stop above logprob_diff_stop or after
+    # 3 checks in a row above the warning level). false: neither is checked.
+    check_invariants: bool = key(True, resume_safe=True)
+    on_policy_tol: float = key(0.05, gt=0, resume_safe=True)
+    logprob_diff_warn: float = key(0.1, gt=0, resume_safe=True)
+    logprob_diff_stop: float = key(1.0, gt=0, resume_safe=True)
     logprob_chunk_size: int = key(1024, ge=1, resume_safe=True)  # tokens per chunk when computing log-probs/entropy
     # Keep the update's logits ((response tokens, vocab) in model.dtype) for its backward instead of
     # recomputing them chunk by chunk: faster, 2 bytes x vocab more memory per response token in bf16

@@ -96,10 +96,11 @@ def _classify(exc: BaseException, debug: bool = False) -> tuple[int, str]:
         return 2, str(exc)
     from verl.checkpoint.manager import CheckpointError
     from verl.trainer.errors import TrainingDiverged
+    from verl.trainer.invariants import InvariantBroken
 
     if isinstance(exc, CheckpointError):  # a missing/corrupted/refused checkpoint: bad input
         return 2, str(exc)
-    if isinstance(exc, TrainingDiverged):
+    if isinstance(exc, (TrainingDiverged, InvariantBroken)):
         return 1, str(exc)
     if _is_oom(exc):
         return 1, OOM_HINT

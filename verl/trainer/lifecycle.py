@@ -18,6 +18,7 @@ import math
 import os
 import time
 
+from verl.trainer.invariants import InvariantChecker
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
 from verl.checkpoint.manager import CheckpointError, CheckpointManager
@@ -51,6 +52,7 @@ class RunLifecycle:
         self.tracker = Tracker(cfg.logging, trainer.output_dir, cfg.to_dict(), total_steps=cfg.training.total_steps)
         self.progress = None
         self.counters = trainer.counters  # global_step, bad-step streak, skipped steps (saved with the state)
+        self.invariants = InvariantChecker(cfg, self._say)  # on-policy start, engine vs actor (invariants.py)
         self.state_io = trainer.backend.state_io  # the full-state layout of this backend
         self._full_saved_at = -1
         self._full_path = None  # the full checkpoint saved (or restored) at step _full_saved_at
@@ -194,6 +196,7 @@ class RunLifecycle:
             self.progress.update(1, {"reward": metrics["reward/mean"], "kl": metrics["actor/kl"]})
         if diverged:
             self._stop_diverged()
+        self.invariants.after_step(step, metrics)  # a broken step stops before it is saved
         self._periodic_save(step)
         if last:
             self.finish()

@@ -13,7 +13,8 @@
 Metrics: a loss function's `sums` (contributions to a mini-batch total) add up over its
 micro-batches, its `means` (micro-batch means) are weighted by the micro-batch's share of
 the mini-batch's tokens; both are then averaged over the optimizer steps. `<role>/grad_norm`
-is the mean over the finite steps, `<role>/nonfinite_updates` counts the others. Metrics stay
+is the mean over the finite steps, `<role>/nonfinite_updates` counts the others; `<role>/first_minibatch_*`
+are the first mini-batch's own values of FIRST_MINIBATCH_KEYS. Metrics stay
 device tensors until the end: the host never waits for the GPU between micro-batches.
 
 Out of memory (`torch.OutOfMemoryError`) in a micro-batch's forward or backward: the
@@ -37,6 +38,10 @@ from verl.workers.micro_batches import MicroBatching
 from verl.workers.optim import guarded_step, role_grad_clip
 
 logger = logging.getLogger(__name__)
+
+# Metrics also reported for the first mini-batch alone, as `<role>/first_minibatch_<name>`: before the
+# first optimizer step of an update the policy is pi_old, so its log-ratio must be 0 (verl/trainer/invariants.py).
+FIRST_MINIBATCH_KEYS = ("/log_ratio_abs", "/ppo_kl")
 
 OOM_ADVICE = ("set training.micro_batch_size or training.max_tokens_per_micro_batch lower, or "
               "model.enable_gradient_checkpointing: true")
@@ -72,6 +77,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
     sums: dict = defaultdict(float)
     kept: list = []
     n_updates = n_bad = retries = passes = 0
+    first: dict = {}  # metrics of the first mini-batch of the first epoch alone (before any step)
     shuffle = t.shuffle_minibatches and (t.num_epochs > 1 or t.mini_batch_size < len(batch))
     for _ in range(t.num_epochs):
         for mini in batch.iter_minibatches(t.mini_batch_size, generator, shuffle=shuffle):
@@ -98,6 +104,8 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
                 micro, retries = smaller, retries + 1
             for k, v in part.items():
                 sums[k] += v
+                if n_updates == 0 and k.endswith(FIRST_MINIBATCH_KEYS):  # pi = pi_old here: the on-policy check
+                    first[k.replace("/", "/first_minibatch_", 1)] = v
             kept.extend(part_kept)
             norms, ok = guarded_step(optimizers, {role: role_grad_clip(t, role) for role in optimizers})
             n_updates += 1
@@ -105,6 +113,7 @@ def run_update(batch: Batch, training_cfg, generator: torch.Generator, micro: Mi
             for role, norm in norms.items():
                 sums[f"{role}/grad_norm"] += norm if ok else 0.0
     metrics = {k: float(v) / n_updates for k, v in sums.items()}
+    metrics.update({k: float(v) for k, v in first.items()})
     for role in optimizers:
         metrics[f"{role}/grad_norm"] = sums[f"{role}/grad_norm"] / max(1, n_updates - n_bad)
         metrics[f"{role}/nonfinite_updates"] = float(n_bad)
