@@ -507,3 +507,30 @@ def test_async_streaming_trains_five_steps_within_the_bound_on_cuda(tmp_path, ll
             assert r["rollout/logprob_diff"] < LP_MEAN_TOL, r
     assert any(r["async/stream_prefetched"] == 1 for r in rows[1:]), rows
 
+
+
+def test_lora_sync_is_verified_on_the_gpu(engine, hf_model, tok):
+    """verl/rollout/sync_check.py on vLLM's direct reload: after a sync of a LoRA actor (adapters made
+    nonzero), the engine's first and last layer (q/k/v and gate/up cut out of the fused matrices) equal
+    the merged weights cast to the engine's dtype; with the base weights synced instead, most elements of
+    the adapted layers differ and the check names them."""
+    from peft import LoraConfig, get_peft_model
+
+    from verl.rollout.sync_check import verify_sync
+
+    lora = get_peft_model(copy.deepcopy(hf_model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj",
+                                                                                               "down_proj"]))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:  # B starts at zero: give the adapters a delta
+                p.copy_((torch.randn(p.shape, generator=gen) * 0.05).to(p.device, p.dtype))
+    try:
+        engine.sync_weights(lora)
+        problem, compared = verify_sync(engine, lora)
+        assert problem is None and compared > 0, (problem, compared)
+        engine.sync_weights(hf_model)  # the base weights: the LoRA never reached the engine
+        problem, compared = verify_sync(engine, lora)
+        assert problem is not None and "differ between the engine and the actor" in problem, problem
+    finally:
+        engine.sync_weights(hf_model)

@@ -69,3 +69,38 @@ def test_a_broken_log_prob_path_stops_the_run(tmp_path, tiny_gpt2, monkeypatch, 
     assert code == 1, err[-3:]
     assert err[-1].startswith("error: step 1: the update's first mini-batch is not on-policy"), err[-1]
     assert not (save / "checkpoints").exists() or not any((save / "checkpoints").glob("step_*"))
+
+
+def _lora_copy_run(tmp_path, **extra):
+    from verl import create_trainer, load_config
+
+    return create_trainer(load_config(None, small_overrides(tmp_path, **{
+        "rollout.hf_weight_copy": "true", "model.lora.rank": 4, "training.total_steps": 2, **extra})))
+
+
+def test_a_lora_sync_is_read_back_and_verified(tmp_path, tiny_gpt2):
+    """The engine's copy of the first and last layer's weights equals the actor's merged W + B A after
+    the first sync (fp32 on the CPU: every element), and is checked again every verify_sync_every steps."""
+    trainer = _lora_copy_run(tmp_path, **{"rollout.verify_sync_every": 2})
+    first, second = trainer.step(), trainer.step()
+    # tiny GPT-2: 2 layers x (c_attn 64x192 + c_proj 64x64 + c_fc 64x256 + mlp.c_proj 256x64) = 2 x 49,152
+    assert first["rollout/sync_verified_elements"] == 98304
+    assert second["rollout/sync_verified_elements"] == 98304  # step 2 of every 2
+
+
+def test_a_lora_that_never_reaches_the_engine_stops_the_run(tmp_path, tiny_gpt2, monkeypatch):
+    """A sync that sends the base weights without the LoRA deltas (the bug that made users chase the
+    wrong cause for weeks): the read-back differs on most elements of the adapted layers; step 1 stops."""
+    import verl.rollout.hf_rollout as hf_mod
+    from verl.models.lora import base_model
+
+    def unmerged(model, skip=None):  # the base layers' own weights, as if the merge were forgotten
+        for name, tensor in base_model(model).state_dict().items():
+            if ".lora_" not in name:
+                yield name.replace(".base_layer.", "."), tensor.detach()
+
+    monkeypatch.setattr(hf_mod, "hf_named_weights", unmerged)
+    trainer = _lora_copy_run(tmp_path)
+    with pytest.raises(InvariantBroken, match=r"^step 1: after the weight sync, \d+ of 98304 compared weight "
+                                              r"elements differ between the engine and the actor"):
+        trainer.step()

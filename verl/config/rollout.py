@@ -89,6 +89,10 @@ class RolloutConfig(Section):
     # 10: a stale engine (a sync that did not land) is caught within 10 steps, for ~1/10 of the cost;
     # 1 checks every step.
     logprob_check_every: int = key(10, ge=1, resume_safe=True)
+    # Read the weights of the first and last decoder layer back from the engine after the first sync
+    # and every this many steps, and compare them with the actor's (LoRA merged): a sync that did not
+    # reach the engine stops the run (verl/rollout/sync_check.py). 0: never.
+    verify_sync_every: int = key(10, ge=0, resume_safe=True)
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)

@@ -213,6 +213,14 @@ class HFRollout(RolloutEngine):
             torch.cuda.synchronize(device)  # copy_ is asynchronous: time the copy, not its launch
         return {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes)}
 
+    def read_weights(self, names: list, shapes: dict) -> dict:
+        """The weight copy's tensors by HF name (verl.rollout.sync_check); nothing without a copy: the
+        engine then generates with the actor's own module, there is no sync to verify."""
+        if not self.weight_copy:
+            return {}
+        state = self.model.state_dict()
+        return {n: state[n] for n in names if n in state}
+
     @torch.no_grad()
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         rows = prompts.repeat(sampling.n)

@@ -317,6 +317,15 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         per vision layer)."""
         return self.weight_reload == "direct" and not (self.asleep and self.sleep_level == 2)
 
+    def read_weights(self, names: list, shapes: dict) -> dict:
+        """The engine's tensors by HF name, fused q/k/v and gate/up cut back by the actor's `shapes`
+        (verl.rollout.sync_check)."""
+        from verl.rollout.vllm_weights import read_in_place, unfuse
+
+        if self.asleep:
+            return {}
+        return unfuse(self.llm.collective_rpc(read_in_place, args=(list(names),))[0], shapes)
+
     def load_weights(self, weights) -> int:
         """(HF name, tensor) pairs -- a list, or a lazy stream read once -- into the engine in place,
         for tensors from anywhere (a module's, or buckets sent to a Ray replica); returns the bytes.

@@ -175,3 +175,52 @@ def _copy_processor_files(source: str, out: str) -> None:
         path = os.path.join(source, name)
         if os.path.isfile(path) and not os.path.exists(os.path.join(out, name)):
             shutil.copyfile(path, os.path.join(out, name))
+
+
+def read_in_place(worker, names: list) -> dict:
+    """(runs inside the worker) {HF name: a CPU copy of the engine's tensor} for a weight check
+    (verl.rollout.sync_check). A name the model keeps fused (its `packed_modules_mapping`: q/k/v in
+    qkv_proj, gate/up in gate_up_proj) is cut back out of the fused matrix: the parts are stacked along
+    dim 0 in the mapping's order, each as many rows as the HF weight has (tensor parallelism of 1)."""
+    model = worker.model_runner.get_model()
+    # The CPU backend packs each linear weight into its GEMM kernel's own handle after loading and
+    # leaves an empty parameter: such a weight cannot be read back (left out: not compared).
+    params = {n: p for n, p in model.named_parameters() if p.numel() > 0}
+    packed = getattr(model, "packed_modules_mapping", {}) or {}
+    out = {}
+    for name in names:
+        if name in params:
+            out[name] = params[name].detach().to("cpu", copy=True)
+            continue
+        head, leaf, tail = _split_leaf(name)
+        for fused, parts in packed.items():
+            if leaf in parts and f"{head}.{fused}.{tail}" in params:
+                out[name] = (f"{head}.{fused}.{tail}", [f"{head}.{p}.{tail}" for p in parts],
+                             params[f"{head}.{fused}.{tail}"].detach().to("cpu", copy=True))
+                break
+    return out
+
+
+def _split_leaf(name: str) -> tuple[str, str, str]:
+    """'model.layers.0.self_attn.q_proj.weight' -> ('model.layers.0.self_attn', 'q_proj', 'weight')."""
+    head, _, tail = name.rpartition(".")
+    head, _, leaf = head.rpartition(".")
+    return head, leaf, tail
+
+
+def unfuse(read: dict, shapes: dict) -> dict:
+    """read_in_place's answer with each fused entry cut into the part asked for, by the HF parts' rows."""
+    out = {}
+    for name, value in read.items():
+        if not isinstance(value, tuple):
+            out[name] = value
+            continue
+        _, parts, fused = value
+        start = 0
+        for part in parts:
+            rows = shapes[part][0]
+            if part == name:
+                out[name] = fused[start:start + rows]
+                break
+            start += rows
+    return out

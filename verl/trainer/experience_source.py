@@ -35,10 +35,12 @@ class Experience:
 
 
 class SyncExperience:
-    def __init__(self, stage, counters, sleep, model):
+    def __init__(self, stage, counters, sleep, model, verify_every: int = 0):
         """stage: the RolloutStage; counters: the run's RunCounters (the step being trained); sleep: the
-        SleepPolicy; model: the actor's module (synced into the engine after each update)."""
+        SleepPolicy; model: the actor's module (synced into the engine after each update); verify_every:
+        rollout.verify_sync_every (the first sync and every that many steps: verl/rollout/sync_check.py)."""
         self.stage, self.counters, self.sleep, self.model = stage, counters, sleep, model
+        self.verify_every, self._verified_once, self._said_unverifiable = verify_every, False, False
         self.data = stage.prompts  # what a checkpoint saves of the prompt stream
         self.timer = stage.timer  # after_update is the timed stage update_weights
 
@@ -54,8 +56,29 @@ class SyncExperience:
 
     @stage("update_weights")
     def after_update(self) -> dict:
-        """The actor's new weights into the engine; the sync's metrics."""
-        return self.stage.engine.sync_weights(self.model)
+        """The actor's new weights into the engine; the sync's metrics (and the check's, on its steps)."""
+        metrics = self.stage.engine.sync_weights(self.model)
+        step = self.counters.global_step + 1  # the step whose update was just synced
+        if self.verify_every and (not self._verified_once or step % self.verify_every == 0):
+            metrics.update(self._verify(step))
+        return metrics
+
+    def _verify(self, step: int) -> dict:
+        from verl.rollout.sync_check import verify_sync
+        from verl.trainer.invariants import InvariantBroken
+
+        problem, compared = verify_sync(self.stage.engine, self.model)
+        self._verified_once = True
+        if problem:
+            raise InvariantBroken(f"step {step}: after the weight sync, {problem}: the engine does not generate with "
+                                  "the actor's weights (a LoRA delta not merged into the sync, a weight the engine's "
+                                  "loader ignored); rollout.verify_sync_every=0 runs anyway")
+        if not compared and not self._said_unverifiable and hasattr(self.stage.engine, "read_weights"):
+            self._said_unverifiable = True
+            if getattr(self.stage.engine, "weight_copy", True):  # an HF engine without a copy has nothing to check
+                print("note: rollout.verify_sync_every: the engine's weights could not be read back by their names; "
+                      "the weight sync is not verified", flush=True)
+        return {"rollout/sync_verified_elements": float(compared)}
 
     def close(self) -> None:
         pass
@@ -80,7 +103,7 @@ def build_experience_source(config, stage, lock, *, model, counters, sleep, devi
     asynchronous producer takes)."""
     a = config.async_training
     if not a.enable:
-        return SyncExperience(stage, counters, sleep, model)
+        return SyncExperience(stage, counters, sleep, model, config.rollout.verify_sync_every)
     args = dict(model=model, counters=counters, cfg=a, device=device, seed=config.seed)
     if a.streaming:
         from verl.trainer.streaming_experience import StreamingExperience
