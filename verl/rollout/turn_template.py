@@ -111,9 +111,9 @@ class TurnTemplate:
         source = self.tokenizer.chat_template if isinstance(self.tokenizer.chat_template, str) else ""
         tail = context[-40:]
         if "<think>" not in source or "</think>" in tail:
-            return f"A{k}"
+            return f"answer {k}"
         opened = tail.rstrip("\n").endswith("<think>")
-        return ("" if opened else "<think>\n") + f"R{k}\n</think>\n\nA{k}"
+        return ("" if opened else "<think>\n") + f"reasoning {k}\n</think>\n\nanswer {k}"
 
     def _check_incremental(self) -> None:
         """Build a probe conversation turn by turn, as the rollout does, and compare it with
