@@ -76,6 +76,10 @@ FAMILIES = {
                              thinking="open", incremental=("tool",)),
     "qwen3_no_thinking": Family(_trl_template("qwen3.jinja"), "<|im_end|>", kwargs={"enable_thinking": False},
                                 incremental=()),
+    # Qwen3.5: the generation prompt opens <think> (thinking) or gives an empty block (no thinking)
+    "qwen3_5_thinking": Family(_trl_template("qwen3_5_think.jinja"), "<|im_end|>", thinking="prefilled",
+                               incremental=("tool",)),
+    "qwen3_5_no_thinking": Family(_trl_template("qwen3_5_nothink.jinja"), "<|im_end|>", incremental=("tool",)),
     "llama3": Family(_trl_template("llama3.jinja"), "<|eot_id|>", LLAMA3, bos="<|begin_of_text|>"),
     "llama3_1": Family(_trl_template("llama3_1.jinja"), "<|eot_id|>", LLAMA3, bos="<|begin_of_text|>",
                        tool_format="llama3"),
