@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import small_overrides
+from multi_turn_helpers import Counter, ScriptedEngine, _enc, _prompts, add
 from verl import create_trainer, load_config
 from verl.agents.environment import Environment, StepResult
 from verl.agents.tools import tool_from_callable
@@ -17,16 +18,6 @@ from verl.config import RolloutConfig
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.multi_turn import MultiTurnRollout
 from verl.rollout.turn_template import TurnTemplate
-
-
-def add(a: int, b: int) -> str:
-    """Add two integers.
-
-    Args:
-        a: the first number
-        b: the second number
-    """
-    return str(a + b)
 
 
 def broken(x: int) -> str:
@@ -38,45 +29,11 @@ def broken(x: int) -> str:
     raise ValueError("no")
 
 
-class ScriptedEngine(RolloutEngine):
-    """Answers each call with the next scripted token list per row and log-prob -0.5 per token;
-    records the contexts it was given (to check that nothing was re-encoded)."""
-
-    def __init__(self, tokenizer, script: list[list[list[int]]]):
-        self.tokenizer, self.script, self.contexts = tokenizer, list(script), []
-
-    def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
-        from verl.rollout.base import assemble_rollout
-
-        turn = self.script.pop(0)
-        self.contexts.append([prompts.input_ids[i][prompts.attention_mask[i] > 0].tolist() for i in range(len(prompts))])
-        responses = [turn[i] for i in range(len(prompts))]
-        return assemble_rollout(prompts, responses, [[-0.5] * len(r) for r in responses], self.tokenizer,
-                                sampling.max_new_tokens, finished=[True] * len(responses))
-
-
-def _prompts(tok, texts):
-    ids = [_enc(tok, tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True))
-           for t in texts]
-    width = max(len(i) for i in ids)
-    input_ids = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)
-    att = torch.zeros((len(ids), width), dtype=torch.long)
-    for b, s in enumerate(ids):
-        input_ids[b, width - len(s):] = torch.tensor(s)
-        att[b, width - len(s):] = 1
-    return Batch(input_ids=input_ids, attention_mask=att, prompt_text=texts, ground_truth=[None] * len(texts),
-                 data_source=["t"] * len(texts), extra=[{} for _ in texts], group_id=list(range(len(texts)))), ids
-
-
 @pytest.fixture(scope="module")
 def qwen_tok(tiny_qwen2):
     from verl.models.loading import load_tokenizer
 
     return load_tokenizer(tiny_qwen2)
-
-
-def _enc(tok, text):
-    return tok(text, add_special_tokens=False)["input_ids"]
 
 
 def test_trajectory_is_token_exact_with_tool_turns_masked(qwen_tok):
@@ -130,20 +87,6 @@ def test_broken_calls_unknown_tools_and_raising_tools_go_back_to_the_model(qwen_
         assert e["num_turns"] == 2  # the model saw the error and answered again
     assert "nope" in out.extra[1]["turns"][1]["text"] or "unknown" in out.extra[1]["turns"][1]["text"]
     assert mt.metrics()["agent/tool_error_rate"] == 1.0
-
-
-class Counter(Environment):
-    """Answers every turn with the turn number; reward 1 on the third turn, then done."""
-
-    def reset(self, sample):
-        self.k = 0
-        return ""
-
-    def step(self, action_text):
-        self.k += 1
-        if self.k == 3:
-            return StepResult("done", reward=1.0, done=True)
-        return StepResult(f"turn {self.k}", reward=0.25)
 
 
 class Wordy(Environment):

@@ -11,7 +11,10 @@ Each of the B * n trajectories is kept as token ids from start to end:
 Model turns are appended exactly as the engine sampled them (ids and engine log-probs, never
 decoded and re-encoded); tool results and environment observations are tokenized once with
 the chat template's turn delimiters (verl/rollout/turn_template.py) and carry response_mask 0
-and log-prob 0, so they never enter a loss. Every turn's generation for all live trajectories
+and log-prob 0, so they never enter a loss (nor do end-of-turn tokens the engine did not sample,
+appended after a turn that stopped on a stop string). A chat template that re-renders earlier
+turns (Qwen3, DeepSeek-R1) is named in one line when the rollout is built; the trajectory keeps
+the tokens the model saw (docs/agents.md, "Chat templates"). Every turn's generation for all live trajectories
 is one batched call of the inner engine (the HF, vLLM or SGLang backend, n = 1 per row); the tool
 calls of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
 drop out. With `multi_turn.turn_barrier: false` a turn does not wait for every trajectory's tools:
