@@ -213,3 +213,22 @@ def test_doc_table_is_the_code_table():
     assert doc_table() == render_table(), "run: python -m verl.compat.doc_table --write"
     for key in ISSUE_KEYS:
         assert key in TABLE and not TABLE[key].ignored, key
+
+
+def test_main_ppo_bad_input_is_one_clear_line(data, tmp_path, capsys):
+    """An unknown section's error carries no tag about an unrelated key; a non-integer step count is
+    one line naming it; a --config-path YAML with a key given twice is refused, as `verl train` (and
+    OmegaConf) refuse it."""
+    train, _ = data
+    base = [f"data.train_files={train}", "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.device=cpu"]
+    with pytest.raises(ConfigError) as err:
+        load_translated(translate(base + ["foo.bar=1", "trainer.total_training_steps=1"]))
+    assert str(err.value).startswith("unknown config key 'foo'") and "<-" not in str(err.value), str(err.value)
+    with pytest.raises(ConfigError, match=r"^trainer\.total_training_steps: expected an integer, got 'abc'$"):
+        load_translated(translate(base + ["trainer.total_training_steps=abc"]))
+    (tmp_path / "dup.yaml").write_text("trainer:\n  total_epochs: 1\n  total_epochs: 2\n")
+    code = main([f"--config-path={tmp_path}", "--config-name=dup", *base])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and last == (f"error: {tmp_path / 'dup.yaml'}: key 'total_epochs' appears twice in one section "
+                                  "(lines 2 and 3); keep one of them"), last

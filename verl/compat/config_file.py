@@ -19,8 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-import yaml
-
+from verl.config.yaml_io import read_yaml
 from verl.errors import ConfigError
 
 PACKAGED = ("ppo_trainer", "ppo_megatron_trainer")
@@ -80,13 +79,7 @@ def _read(path: Optional[str], name: str, seen: tuple) -> dict:
                           f"(--config-path is read relative to the working directory)")
     if where in seen:
         raise ConfigError(f"{where}: its defaults list includes itself")
-    try:
-        with open(where, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{where}: not a readable YAML file ({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{where}: expected a mapping of config sections at the top")
+    doc = read_yaml(where)  # strict, as `verl train` (and OmegaConf, which refuses a key given twice too)
     flat: dict = {}
     for entry in doc.pop("defaults", None) or []:
         if entry == "_self_":

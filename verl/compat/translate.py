@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from verl.compat.hydra_args import dump_value, parse_args, parse_value, shown
 from verl.compat.real_defaults import at_real_default, is_real_default, real_defaults
-from verl.compat.real_keys import ARR, MANUAL, NO_DEFAULT, RealKey, largest_divisor_at_most, same_value, steps_from_epochs
+from verl.compat.real_keys import ARR, MANUAL, NO_DEFAULT, RealKey, as_int, largest_divisor_at_most, same_value, steps_from_epochs
 from verl.compat.real_verl import REAL_SECTIONS, TABLE, lookup
 from verl.config import Config
 from verl.errors import ConfigError
@@ -177,7 +177,7 @@ class Context:
             if "training.total_steps" in self.native:
                 self._steps = int(self.native["training.total_steps"])
             elif self.get("trainer.total_training_steps") is not None:
-                self._steps = int(self.get("trainer.total_training_steps"))
+                self._steps = as_int(self.get("trainer.total_training_steps"), "trainer.total_training_steps", low=1)
             else:
                 prompts = self.num_train_prompts()
                 batch = int(self.our("training.batch_size"))
@@ -412,8 +412,9 @@ def load_translated(tr: Translation):
         return load_config(None, tr.overrides)
     except ConfigError as exc:
         message = str(exc)
-        named = [f"{k} <- {s}" for k, s in tr.sources.items() if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", message)
-                 and not s.startswith(k + "=")]
+        # a key the message is about (followed by ':', '=', ' (' or a quote), not one it merely lists
+        named = [f"{k} <- {s}" for k, s in tr.sources.items()
+                 if re.search(rf"(?<![\w.]){re.escape(k)}(?=:|=| \(|'|$)", message) and not s.startswith(k + "=")]
         if named:
             message += f" [{'; '.join(named)}]"
         raise ConfigError(message) from None
