@@ -88,7 +88,7 @@ def test_lora_and_offload_by_hand():
     assert facts.lora_width == 48 * 89600
     base = dict(dtype="bfloat16", lora_rank=16, mixed_precision="autocast", offload_optimizer=False,
                 offload_idle_models=False, kl=False, critic=False, checkpointing=False, compiled=False,
-                keep_logits=False, chunk_size=1024, engine="vllm", gpu_memory_utilization=0.5, sleep=True,
+                keep_logits=False, chunk_size=1024, engine="vllm", hf_copy=False, gpu_memory_utilization=0.5, sleep=True,
                 sleep_when="needed", sequences=32, mini_batch=32, micro_batch=4, max_tokens=None,
                 prompt_tokens=72, response_tokens=256)
     w = mp.Work(**base)
@@ -197,6 +197,21 @@ def test_verl_plan_refuses_14b_full_fine_tuning_on_an_h100(arch_dirs, capsys):
     assert lines[0].startswith("error: memory: the update needs ~")
     assert "on this 79.1 GiB card (weights " in lines[0] and "gradients " in lines[0] and "optimizer " in lines[0]
     assert "set model.lora.rank=16" in lines[0]  # the single key that makes it fit; offloading does not
+
+
+def test_an_engine_pool_smaller_than_its_weights_is_refused(arch_dirs, capsys):
+    """vLLM at 0.15 of an H100 (11.9 GiB) cannot hold the 7B's 14.2 GiB of bf16 weights: it would not start."""
+    from verl.cli import main
+
+    rc = main(["plan", f"model.name={arch_dirs('qwen2-7b')}", "model.lora.rank=16", "algorithm.name=grpo",
+               "training.batch_size=8", "rollout.n=4", "rollout.max_new_tokens=256",
+               "rollout.gpu_memory_utilization=0.15", "--card", "h100", "--prompt_tokens", "72"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "the engine's pool is too small" in out
+    assert err.strip().splitlines() == [
+        "error: memory: the rollout engine needs ~15.2 GiB for its weights and one sequence, more than its pool of "
+        "11.9 GiB (rollout.gpu_memory_utilization of this 79.1 GiB card): set rollout.gpu_memory_utilization=0.2 "
+        "(training.memory_preflight=false skips this check)"]
 
 
 def test_verl_plan_fits_and_names_the_card(arch_dirs, capsys):

@@ -95,6 +95,7 @@ class Plan:
     budget_key: str  # the key that sets it, or how it was derived
     notes: list = dataclasses.field(default_factory=list)
     kv_needed: int = 0  # the whole batch's KV cache (vLLM: compared with its pool)
+    engine_needs: int = 0  # vLLM / SGLang: the least pool the engine starts with (`engine_minimum`)
 
     @property
     def limit(self) -> int:
@@ -108,8 +109,13 @@ class Plan:
         return max(self.stages, key=lambda s: s.total)
 
     @property
+    def engine_short(self) -> bool:
+        """The engine's pool cannot hold its weights and one sequence (the engine would not start)."""
+        return self.engine_needs > self.stage("rollout").engine
+
+    @property
     def fits(self) -> bool:
-        return self.peak.total <= self.limit
+        return self.peak.total <= self.limit and not self.engine_short
 
 
 def gib(n: int) -> str:
@@ -209,6 +215,7 @@ class Work:
     keep_logits: bool
     chunk_size: int
     engine: str  # vllm | sglang | hf
+    hf_copy: bool  # rollout.hf_weight_copy: the HF engine's own model.dtype copy of the actor
     gpu_memory_utilization: float
     sleep: bool  # the engine can release its pool (vLLM/SGLang, rollout.enable_sleep_mode)
     sleep_when: str
@@ -231,6 +238,7 @@ class Work:
                    critic=needs_critic(cfg.algorithm) and not cfg.critic.share_actor,
                    checkpointing=m.enable_gradient_checkpointing, compiled=bool(m.torch_compile), keep_logits=bool(t.logprob_keep_logits),
                    chunk_size=t.logprob_chunk_size, engine=r.name if r.name != "auto" else "hf",
+                   hf_copy=r.name == "hf" and r.hf_weight_copy,
                    gpu_memory_utilization=r.gpu_memory_utilization,
                    # asynchronous training generates while the trainer updates: the engine never sleeps
                    sleep=r.enable_sleep_mode and r.name in ("vllm", "sglang") and not cfg.async_training.enable,
@@ -275,6 +283,8 @@ def held_bytes(f: ModelFacts, w: Work, first_step: bool = False) -> Stage:
         s.optimizer = 0 if first_step or w.offload_optimizer else 8 * f.params
     if w.reference and not w.offload_idle_models:
         s.other = w.a * f.params
+    if w.hf_copy:  # the HF engine's own model.dtype copy (rollout.hf_weight_copy)
+        s.other += w.a * f.params
     if w.critic and not w.offload_idle_models:  # counted as the actor's shape: float32 weights and moments
         s.other += 12 * f.params
     return s
@@ -284,11 +294,23 @@ def engine_bytes(f: ModelFacts, w: Work, card: int) -> int:
     """The rollout engine's memory while it generates. vLLM and SGLang: their pool, g x M (vLLM
     sizes weights + activations + KV cache to gpu_memory_utilization of the card's memory; the
     measured pools were 67-70 GiB at g = 0.5 on the 139.8 GiB H200). The Hugging Face engine
-    generates with the actor's own weights: the batch's KV cache, sequences x (prompt + response) x
-    2 L kv_heads head_dim x a, and one step's float32 logits, sequences x V x 4."""
+    generates with the actor's own weights (or with rollout.hf_weight_copy its copy in model.dtype,
+    counted in `held_bytes`: it stays through every stage): the batch's KV cache, sequences x
+    (prompt + response) x 2 L kv_heads head_dim x a, and one step's float32 logits, sequences x V x 4."""
     if w.engine in ("vllm", "sglang"):
         return int(w.gpu_memory_utilization * card)
     return kv_bytes(f, w) + w.sequences * f.shape.vocab * 4
+
+
+ENGINE_WORKSPACE_BYTES = GIB  # the engine's own activations and CUDA graphs beside weights and KV cache
+
+
+def engine_minimum(f: ModelFacts, w: Work) -> int:
+    """The least pool a vLLM / SGLang engine starts with: its weights in model.dtype, a P, one
+    sequence's KV cache and ENGINE_WORKSPACE_BYTES; 0 for the Hugging Face engine (no pool)."""
+    if w.engine not in ("vllm", "sglang"):
+        return 0
+    return w.a * f.params + w.seq_tokens * f.kv_per_token * w.a + ENGINE_WORKSPACE_BYTES
 
 
 def kv_bytes(f: ModelFacts, w: Work) -> int:
@@ -421,13 +443,17 @@ def plan(f: ModelFacts, w: Work, card: int, card_name: str, cuda: bool = True) -
     awake = engine_awake_in_update(f, w, card)
     tokens, where = micro_tokens(f, w, card, cuda, awake)
     update = update_bytes(f, w, tokens, engine_bytes(f, w, card) if awake else 0)
-    out = Plan(card, card_name, [rollout, update, sync_bytes(f, w, card)], tokens, where, kv_needed=kv_bytes(f, w))
+    out = Plan(card, card_name, [rollout, update, sync_bytes(f, w, card)], tokens, where, kv_needed=kv_bytes(f, w),
+               engine_needs=engine_minimum(f, w))
     if w.engine in ("vllm", "sglang"):
         out.notes.append(f"the engine's pool is rollout.gpu_memory_utilization {w.gpu_memory_utilization} x the card"
                          + ("; it sleeps for the update" if not awake else "; it stays awake for the update"))
         weights = w.a * f.params
         room = rollout.engine - weights
-        if room < kv_bytes(f, w):
+        if out.engine_short:
+            out.notes.append(f"the engine's weights ({gib(weights)} GiB) and one sequence do not fit its pool "
+                             f"({gib(rollout.engine)} GiB): it would not start")
+        elif room < kv_bytes(f, w):
             out.notes.append(f"the step's KV cache ({gib(kv_bytes(f, w))} GiB) is more than the pool leaves beside "
                              f"the weights ({gib(max(0, room))} GiB): the engine decodes in waves")
     return out
@@ -451,9 +477,9 @@ def fixes(f: ModelFacts, w: Work, card: int, cuda: bool = True) -> list[str]:
         out.append(f"training.max_tokens_per_micro_batch={tokens}")
     if not w.checkpointing and fits(checkpointing=True):
         out.append("model.enable_gradient_checkpointing=true")
-    if w.engine in ("vllm", "sglang"):
-        for g in (0.4, 0.3, 0.2):
-            if g < w.gpu_memory_utilization and fits(gpu_memory_utilization=g):
+    if w.engine in ("vllm", "sglang"):  # a smaller pool where the card is short, a larger where the engine is
+        for g in sorted((0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), key=lambda g: abs(g - w.gpu_memory_utilization)):
+            if g != w.gpu_memory_utilization and fits(gpu_memory_utilization=g):  # the nearest that fits
                 out.append(f"rollout.gpu_memory_utilization={g}")
                 break
     return out
@@ -475,7 +501,14 @@ def largest_budget(f: ModelFacts, w: Work, card: int, cuda: bool = True) -> Opti
 
 
 def refusal(p: Plan, fix: list[str]) -> str:
-    """The one line of a config that does not fit: the peak stage, its parts, and the keys."""
+    """The one line of a config that does not fit: the peak stage, its parts, and the keys (or
+    the engine's pool, where that is what is short)."""
+    keys = (": set " + ", or ".join(fix)) if fix else ": no single key makes it fit; see `verl plan`"
+    tail = " (training.memory_preflight=false skips this check)"
+    if p.engine_short and p.peak.total <= p.limit:
+        return (f"memory: the rollout engine needs ~{gib(p.engine_needs)} GiB for its weights and one sequence, "
+                f"more than its pool of {gib(p.stage('rollout').engine)} GiB (rollout.gpu_memory_utilization of this "
+                f"{gib(p.card_bytes)} GiB card){keys}{tail}")
     s = p.peak
     parts = [f"weights {gib(s.weights)}", f"gradients {gib(s.grads)}", f"optimizer {gib(s.optimizer)}",
              f"activations {gib(s.activations)}", f"logits {gib(s.logits)}"]
@@ -484,10 +517,8 @@ def refusal(p: Plan, fix: list[str]) -> str:
     if s.other:
         parts.append(f"other {gib(s.other)}")
     what = {"update": "the update", "rollout": "the rollout", "sync": "the weight sync"}[s.name]
-    keys = (": set " + ", or ".join(fix)) if fix else ": no single key makes it fit; see `verl plan`"
     return (f"memory: {what} needs ~{gib(s.total)} GiB on this {gib(p.card_bytes)} GiB card "
-            f"({', '.join(parts)}; {gib(CONTEXT_BYTES)} GiB for the CUDA context){keys} "
-            "(training.memory_preflight=false skips this check)")
+            f"({', '.join(parts)}; {gib(CONTEXT_BYTES)} GiB for the CUDA context){keys}{tail}")
 
 
 def table(p: Plan) -> str:

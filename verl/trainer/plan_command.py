@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"GiB, torch's allocator at each stage's peak:\n{memory_plan.table(p)}")
     for note in p.notes:
         print(f"note: {note}")
-    verdict = "fits" if p.fits else "does not fit"
+    verdict = "fits" if p.fits else ("the engine's pool is too small" if p.engine_short else "does not fit")
     print(f"peak: {p.peak.name} ~{memory_plan.gib(p.peak.total)} GiB + {memory_plan.gib(memory_plan.CONTEXT_BYTES)} "
           f"GiB CUDA context of {memory_plan.gib(card[0])} GiB: {verdict}")
     if p.fits:

@@ -14,7 +14,6 @@ estimate that cannot be made (a config.json that does not read) is a note, never
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 from verl.trainer import memory_plan
@@ -68,4 +67,4 @@ def check_before_loading(config) -> None:
               f"need ~{memory_plan.gib(p.peak.total)} GiB on this {memory_plan.gib(card[0])} GiB card with "
               f"{work.max_tokens} (training.memory_preflight=false keeps it)", flush=True)
         return
-    raise MemoryRefused(memory_plan.refusal(p, memory_plan.fixes(facts, dataclasses.replace(work), card[0])))
+    raise MemoryRefused(memory_plan.refusal(p, memory_plan.fixes(facts, work, card[0])))
