@@ -30,7 +30,12 @@ The stages (each function below says how its figure is formed):
 
 A run left without training.max_tokens_per_micro_batch derives its token budget from the free
 memory with verl/workers/memory_budget.py's conservative estimate; the plan derives it the same
-way (`auto_budget`), then counts what that micro-batch holds more closely (`per_token`).
+way (`auto_budget`), then counts what that micro-batch holds more closely (`per_token`). A vLLM or
+SGLang pool that cannot hold the engine's weights and one sequence (`engine_minimum`) does not
+fit either: the engine would not start.
+
+tests/test_memory_preflight.py checks these figures against the per-phase peaks measured on the
+H200 (benchmarks/results/h200; docs/performance.md#memory-preflight has the table).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import dataclasses
 import re
 from typing import Optional
 
-from verl.workers.memory_budget import USABLE_FRACTION, ModelShape, bytes_per_token, token_budget
+from verl.workers.memory_budget import ModelShape, token_budget
 
 GIB = 1024 ** 3
 # Device memory of the CUDA context and the libraries' own (cuBLAS, NCCL) outside torch's
@@ -530,6 +535,3 @@ def table(p: Plan) -> str:
         rows.append(f"{s.name:<8}" + "".join(f"{gib(v):>12}" for v in values))
     return "\n".join(rows)
 
-
-__all__ = ["CARDS_GIB", "CONTEXT_BYTES", "GIB", "ModelFacts", "Plan", "Stage", "Work", "USABLE_FRACTION",
-           "card_bytes", "fixes", "largest_budget", "model_facts", "plan", "read_hf_config", "refusal", "table"]
