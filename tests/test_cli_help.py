@@ -19,6 +19,7 @@ HELP_CASES = [
     (["models"], "fetch"),
     (["models", "fetch"], "--cache_dir"),
     (["models", "list"], "--cache_dir"),
+    (["plan"], "--card"),
     (["plot"], "RUN_DIR"),
     (["report"], "RUN_DIR"),
     (["train-rm"], "--batch_size"),
@@ -54,7 +55,7 @@ def test_no_command_prints_help(capsys):
 def test_unknown_command_suggests(capsys):
     assert main(["trian"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == ("verl: error: unknown command 'trian' (choose from train, data, models, plot, report, "
+    assert err.strip() == ("verl: error: unknown command 'trian' (choose from train, data, models, plan, plot, report, "
                            "train-rm); did you mean 'train'?")
 
 

@@ -5,6 +5,7 @@
     python3 -m verl.trainer.main_ppo key=value ...  real verl's entry point and keys (docs/real_verl.md)
     verl data arithmetic --n N --out FILE       synthetic arithmetic prompts (train + held-out)
     verl models fetch smollm2-135m-instruct     a real small instruct model, offline-ready
+    verl plan [CONFIG.yaml] [a.b=value ...] [--card h100|h200|GB]  per-stage memory estimate, no training
     verl plot RUN_DIR [RUN_DIR ...]             PNG dashboard of one or more runs
     verl report RUN_DIR                         HTML report of a run
     verl train-rm --model M --train PAIRS.jsonl reward-model training (Bradley-Terry)
@@ -52,6 +53,7 @@ def _train(args) -> int:
 SUBCOMMANDS = {
     "data": ("verl.data.arithmetic", "make prompt datasets: 'verl data arithmetic --n N --out FILE', 'verl data gsm8k'"),
     "models": ("verl.models.fetch", "fetch real small models for offline use: 'verl models fetch NAME', 'verl models list'"),
+    "plan": ("verl.trainer.plan_command", "estimate each stage's peak GPU memory without training: 'verl plan CONFIG [--card h100]'"),
     "plot": ("verl.tracking.plot", "PNG dashboard of one or more runs: 'verl plot RUN_DIR [RUN_DIR ...]'"),
     "report": ("verl.tracking.report", "self-contained HTML report of a run: 'verl report RUN_DIR'"),
     "train-rm": ("verl.rewards.train_rm", "train a Bradley-Terry reward model on preference pairs"),

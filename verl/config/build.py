@@ -109,14 +109,15 @@ def build_section(cls, data: dict, path: str = ""):
         return cls(**kwargs)
 
 
-def config_from_dict(data: dict, overrides: Optional[list[str]] = None) -> Config:
+def config_from_dict(data: dict, overrides: Optional[list[str]] = None, platform=None) -> Config:
+    """platform: Config.finalize's (None: this machine's)."""
     data = dict(data or {})
     for key, raw in parse_overrides(overrides or []):
         set_dotted(data, key, raw)
-    return build_section(Config, data).finalize()
+    return build_section(Config, data).finalize(platform)
 
 
-def load_config(path: Optional[str] = None, overrides: Optional[list[str]] = None) -> Config:
+def load_config(path: Optional[str] = None, overrides: Optional[list[str]] = None, platform=None) -> Config:
     """Load a YAML config (or the defaults when `path` is None), apply overrides, validate.
     Relative paths inside the file are read from the file's folder first, then from the
     working directory (see resolve_relative_paths).
@@ -127,6 +128,6 @@ def load_config(path: Optional[str] = None, overrides: Optional[list[str]] = Non
     data = read_yaml(path) if path else {}
     if path:
         data = resolve_relative_paths(data, os.path.dirname(os.path.abspath(path)))
-    config = config_from_dict(data, overrides)
+    config = config_from_dict(data, overrides, platform)
     config.data.config_file = path or ""
     return config

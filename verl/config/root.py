@@ -47,16 +47,18 @@ class Config(Section):
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ConfigError(f"device: '{self.device}' is not one of auto, cpu, cuda, cuda:N")
 
-    def finalize(self) -> "Config":
+    def finalize(self, platform: Platform | None = None) -> "Config":
         """The preset, every section's checks (again: Python code may have changed a section
-        after it was built), then the auto and derived values and the rules between sections."""
+        after it was built), then the auto and derived values and the rules between sections.
+        platform: what to resolve auto for (`verl plan --card` plans a GPU run elsewhere); None:
+        this machine, probed."""
         apply_preset(self.algorithm)
         for f in dataclasses.fields(self):
             section = getattr(self, f.name)
             if isinstance(section, Section):
                 section.check(f.name)
         self.validate("")
-        platform = probe_platform(self)
+        platform = platform or probe_platform(self)
         resolve_auto(self, platform)
         check_platform(self, platform)
         check(self)

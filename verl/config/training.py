@@ -62,4 +62,10 @@ class TrainingConfig(Section):
     # policy the update starts from, so its first forward gives log pi_old; no separate no-grad pass
     old_log_probs_from_update: bool = True
     offload_optimizer: bool = key(False, resume_safe=True)
+    # Before any weights load on a CUDA device (one process), each stage's peak memory is estimated from
+    # the config and the model's config.json (verl/trainer/memory_plan.py; `verl plan CONFIG` prints it):
+    # a config that cannot fit the card is refused in one line naming the keys that would make it fit
+    # (exit 2), a set training.max_tokens_per_micro_batch that is too large is lowered with a note.
+    # false: no check (the run meets the memory it meets)
+    memory_preflight: bool = key(True, resume_safe=True)
     offload_idle_models: bool = key(False, resume_safe=True)

@@ -19,7 +19,8 @@ def _user_errors() -> tuple:
     errors = [ConfigError, FileNotFoundError]
     # An error class whose module was never imported cannot have been raised; skipping it keeps
     # a config typo from importing torch just to print one line.
-    for module, name in (("verl.data.sources", "DataError"), ("verl.rewards.base", "RewardError")):
+    for module, name in (("verl.data.sources", "DataError"), ("verl.rewards.base", "RewardError"),
+                         ("verl.trainer.preflight", "MemoryRefused")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
@@ -46,6 +47,9 @@ def run_training(config_path: str | None, overrides: list[str]) -> int:
     if point.finished:
         print(point.note)
         return 0
+    from verl.trainer.preflight import check_before_loading
+
+    check_before_loading(config)  # CUDA: a config that cannot fit the card is refused before weights load
     with GracefulStop(config.checkpoint.stop_grace_s):  # a stop takes at most stop_grace_s (signals.py)
         try:
             # a stop while models load ends here too (nothing to save)
