@@ -95,8 +95,15 @@ def check_weights_finite(pairs: dict, norms: dict) -> None:
     reach a checkpoint, the engine or another step. One fused max-abs pass over each role's weights
     (the inf-norm: finite exactly when every weight is, where a 2-norm of large finite weights overflows)."""
     for role, (optimizer, params) in pairs.items():
-        params = [p.detach() for p in params if p.requires_grad]
-        if not params or math.isfinite(float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))):
+        # this process's shard of each weight (FSDP: a DTensor's local part, which may be empty)
+        local = [p.detach().to_local() if hasattr(p, "to_local") else p.detach() for p in params if p.requires_grad]
+        local = [t for t in local if t.numel()]
+        finite = (torch.nn.utils.get_total_norm(local, norm_type=math.inf).isfinite().float() if local
+                  else torch.ones((), device=params[0].device if params else "cpu"))
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            finite = finite.to(params[0].device if params else "cpu")
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)  # every rank decides alike
+        if bool(finite):
             continue
         lr = optimizer.param_groups[0].get("lr")
         raise NonFiniteWeights(f"{LR_KEYS.get(role, 'training.lr')}: the {role}'s update at lr {lr:g} made its "
