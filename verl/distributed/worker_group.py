@@ -30,6 +30,8 @@ from typing import Any, Optional, Sequence
 from verl.distributed.fsdp import RANK_ENV
 
 LOG_TAIL_LINES = 20
+# When a rank raises, how long the other ranks' calls are watched for a death that caused it
+PEER_DEATH_WAIT_S = 10.0
 
 
 class DistributedError(RuntimeError):
@@ -234,9 +236,33 @@ class WorkerGroup:
                     self._fail(WorkerDiedError, f"{self.name}.{method}: rank {ranks[i]} died (killed, out of "
                                f"memory or crashed; {type(exc).__name__}: {_first_line(exc)})", [ranks[i]])
                 except ray.exceptions.RayTaskError as exc:
+                    dead = self._dead_peer(pending, ranks, min(PEER_DEATH_WAIT_S, max(0.0, left)))
+                    if dead is not None:  # the raise is the consequence (a collective lost its peer)
+                        r, why = dead
+                        self._fail(WorkerDiedError, f"{self.name}.{method}: rank {r} died (killed, out of memory or "
+                                   f"crashed; {why}); rank {ranks[i]} then raised: {_first_line(exc)}", [r])
                     self._fail(WorkerRaisedError, f"{self.name}.{method}: rank {ranks[i]} raised "
                                f"{_remote_error(exc)}", [ranks[i]], show_logs=False)
         return results
+
+    def _dead_peer(self, pending: dict, ranks: list[int], wait_s: float) -> Optional[tuple[int, str]]:
+        """(rank, why) of a rank among `pending` that died, waiting up to `wait_s` for Ray to notice it;
+        None when all of them are alive (or answered) by then. When one rank raises because its peer in
+        a collective went away ("Connection reset by peer"), the death is what the message must name."""
+        ray = _ray()
+        deadline = time.monotonic() + wait_s
+        waiting = dict(pending)
+        while waiting and time.monotonic() < deadline:
+            ready, _ = ray.wait(list(waiting), num_returns=1, timeout=max(0.05, deadline - time.monotonic()))
+            for ref in ready:
+                j = waiting.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    return ranks[j], f"{type(exc).__name__}: {_first_line(exc)}"
+                except Exception:  # noqa: BLE001 - another rank raising too: not a death
+                    pass
+        return None
 
     def _fail(self, kind, message: str, ranks: list[int], show_logs: bool = True):
         parts = [message]

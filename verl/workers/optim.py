@@ -100,9 +100,12 @@ def check_weights_finite(pairs: dict, norms: dict) -> None:
         local = [t for t in local if t.numel()]
         finite = (torch.nn.utils.get_total_norm(local, norm_type=math.inf).isfinite().float() if local
                   else torch.ones((), device=params[0].device if params else "cpu"))
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            finite = finite.to(params[0].device if params else "cpu")
-            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)  # every rank decides alike
+        mesh = next((p.device_mesh for p in params if hasattr(p, "device_mesh")), None)
+        if mesh is not None:  # FSDP: the ranks sharing these weights decide alike (not any other group, such
+            # as the one an in-process vLLM engine initialises for itself)
+            group = mesh.get_group() if mesh.ndim == 1 else None
+            finite = finite.to(params[0].device)
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN, group=group)
         if bool(finite):
             continue
         lr = optimizer.param_groups[0].get("lr")
