@@ -173,6 +173,25 @@ def _run_recording(tmp_path, name, steps, **extra):
     return rows, params
 
 
+def resume_after_step_2(tmp_path, extra) -> tuple[list, dict]:
+    """Run 2 of 4 steps in tmp_path/parts (its step-2 checkpoint: save_full_every 2 in `extra`), resume it
+    with checkpoint.resume auto and train steps 3-4: (the prompts of each, the weights after them)."""
+    _run_recording(tmp_path, "parts", 2, **extra)
+    cfg = load_config(None, small_overrides(tmp_path / "parts", **{**BASE, "training.total_steps": 4, **extra,
+                                                                    "checkpoint.resume": "auto"}))
+    trainer = create_trainer(cfg)
+    assert trainer.global_step == 2
+    resumed = []
+    try:
+        for _ in range(2):
+            trainer.step()
+            resumed.append(trainer._last_batch.prompt_text)
+        params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
+    finally:
+        trainer.lifecycle.close()
+    return resumed, params
+
+
 def test_streaming_at_staleness_zero_is_the_synchronous_vllm_trainer(tmp_path, tiny_qwen2, monkeypatch):
     """k = 0: nothing is submitted ahead, each batch is one submit and collect on the current weights.
     The streaming engine starts with its prefix cache off; the synchronous run here does too (the one
@@ -226,18 +245,7 @@ def test_streaming_resume_trains_the_prompts_not_yet_trained(tmp_path, tiny_qwen
     prompts as the run that went straight through."""
     extra = _vllm(tiny_qwen2, **STREAM, **{"async_training.max_staleness": 1, "checkpoint.save_full_every": 2})
     whole, _ = _run_recording(tmp_path, "whole", 4, **extra)
-    _run_recording(tmp_path, "parts", 2, **extra)
-    cfg = load_config(None, small_overrides(tmp_path / "parts", **{**BASE, "training.total_steps": 4, **extra,
-                                                                    "checkpoint.resume": "auto"}))
-    trainer = create_trainer(cfg)
-    assert trainer.global_step == 2
-    resumed = []
-    try:
-        for _ in range(2):
-            trainer.step()
-            resumed.append(trainer._last_batch.prompt_text)
-    finally:
-        trainer.lifecycle.close()
+    resumed, _ = resume_after_step_2(tmp_path, extra)
     assert resumed == [whole[2]["prompts"], whole[3]["prompts"]]
 
 

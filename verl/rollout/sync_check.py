@@ -11,7 +11,7 @@ value across a rounding step of the engine's dtype, a fraction of the elements t
 (a LoRA delta of 1e-4 relative shifts ~2% of bf16 values). More than MAX_DIFFERING of the elements
 differing is a failed sync.
 
-Engines expose `read_weights(names) -> {name: tensor}` (HF names; vLLM's fused q/k/v and gate/up
+Engines expose `read_weights(names, shapes) -> {name: tensor}` (HF names, `shapes` the actor's; vLLM's fused q/k/v and gate/up
 matrices are cut back into their parts: verl.rollout.vllm_weights.read_in_place). An engine without it
 (one that shares the actor's module, so no sync is needed) is not checked. Run every
 `rollout.verify_sync_every` steps (and at the first sync) by the trainer's experience source.
