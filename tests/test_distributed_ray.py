@@ -273,8 +273,10 @@ def test_vllm_replica_receives_the_trained_weights_in_buckets(runs):
                         extra=[{}, {}])
         sampling = SamplingParams(n=2, max_new_tokens=8, seed=3)
 
+        last = {}
+
         def engine_vs_actor():
-            batch = engine.generate(prompts, sampling)
+            batch = last["batch"] = engine.generate(prompts, sampling)
             assert len(batch) == 4 and batch.group_id == ["g0", "g0", "g1", "g1"]
             return logprob_diff(batch.rollout_log_probs, dp.actor.compute_log_probs(batch)[0], batch.response_mask)
 
@@ -283,5 +285,31 @@ def test_vllm_replica_receives_the_trained_weights_in_buckets(runs):
         assert metrics["rollout/weight_sync_buckets"] > 1
         fresh = engine_vs_actor()
         assert fresh < 1e-3 and stale > 10 * fresh, (stale, fresh)
+
+        # The engine's process dies; the next weight sync names it within seconds, and the actor's ranks,
+        # which kept gathering for the others (no collective left waiting), stay usable.
+        os.kill(group.info[0]["pid"], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=r"^vLLM engine process lost: rollout.sync_weights: rank 0 died"):
+            engine.sync_weights()
+        assert time.monotonic() - start < 60
+        batch = last["batch"]
+        assert dp.actor.compute_log_probs(batch)[0].shape == batch.response_mask.shape
+
+        # With a way to start the engine again (rollout.restart_on_failure), the same death costs a restart.
+        def rebuild():
+            fresh_group = WorkerGroup("rollout", RolloutReplicaWorker, pool, 1.0, timeout_s=300,
+                                      process_group=False).start()
+            fresh_group.call("build", cfg, path, path, per_rank=[None])
+            return fresh_group
+
+        said: list = []
+        restarting = ReplicatedRollout(rebuild(), dp.actor, leaders=[0], bucket_mb=0.25, dtype="float32",
+                                       rebuild=rebuild, say=said.append)
+        os.kill(restarting.group.info[0]["pid"], signal.SIGKILL)
+        assert restarting.sync_weights()["rollout/weight_sync_buckets"] > 1
+        assert said[0].startswith("warning: vLLM engine process lost: rollout.sync_weights: rank 0 died"), said
+        engine = restarting
+        assert engine_vs_actor() < 1e-3  # the restarted engine holds the trained weights
     finally:
         pool.remove()

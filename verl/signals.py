@@ -49,6 +49,7 @@ _PHASE: Optional[str] = None  # what the run is busy with, for the watchdog's li
 _SAVING = 0  # checkpoint writes in progress
 _SAVED_AFTER_STOP: Optional[str] = None  # a checkpoint completed after the first signal
 _LAST_CHECKPOINT: Optional[str] = None  # the newest complete checkpoint this run knows of
+_LAST_RESUMABLE: Optional[str] = None  # the newest complete full-state checkpoint this run knows of
 _LOCK = threading.Lock()
 _WATCHDOG_CANCEL: Optional[threading.Event] = None
 _LISTENER_FD: Optional[int] = None  # the wakeup fd a listener thread reads (else the Python handler acts)
@@ -123,12 +124,23 @@ def checkpoint_write():
             _SAVING -= 1
 
 
-def note_checkpoint(path: str) -> None:
-    """A checkpoint at `path` is complete (after its atomic rename), or was resumed from."""
-    global _LAST_CHECKPOINT, _SAVED_AFTER_STOP
+def note_checkpoint(path: str, resumable: bool = True) -> None:
+    """A checkpoint at `path` is complete (after its atomic rename), or was resumed from; `resumable`:
+    it holds the full state (`--resume` continues from it), not the actor's weights only."""
+    global _LAST_CHECKPOINT, _SAVED_AFTER_STOP, _LAST_RESUMABLE
     _LAST_CHECKPOINT = path
+    if resumable:
+        _LAST_RESUMABLE = path
     if _REQUESTED is not None:
         _SAVED_AFTER_STOP = path
+
+
+def resume_note() -> str:
+    """Where `--resume auto` continues from, for the line printed when a run fails mid-way."""
+    if _LAST_RESUMABLE:
+        return f"the last full checkpoint {_LAST_RESUMABLE} is intact: rerun with --resume auto to continue from it"
+    return ("this run has no full checkpoint yet (checkpoint.save_full_every=N saves one every N steps): "
+            "--resume auto starts it over")
 
 
 def saved_note() -> str:
@@ -259,8 +271,9 @@ class GracefulStop:
         self._listener: Optional[_Listener] = None
 
     def __enter__(self) -> "GracefulStop":
-        global _REQUESTED, _REQUESTED_AT, _GRACE_S, _WATCHDOG_CANCEL, _LISTENER_FD, _SAVED_AFTER_STOP, _LAST_CHECKPOINT
-        _REQUESTED = _REQUESTED_AT = _SAVED_AFTER_STOP = _LAST_CHECKPOINT = None
+        global _REQUESTED, _REQUESTED_AT, _GRACE_S, _WATCHDOG_CANCEL, _LISTENER_FD
+        global _SAVED_AFTER_STOP, _LAST_CHECKPOINT, _LAST_RESUMABLE
+        _REQUESTED = _REQUESTED_AT = _SAVED_AFTER_STOP = _LAST_CHECKPOINT = _LAST_RESUMABLE = None
         _GRACE_S = self.grace_s
         _WATCHDOG_CANCEL = threading.Event()
         if threading.current_thread() is threading.main_thread():

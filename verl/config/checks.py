@@ -50,6 +50,10 @@ def check(cfg) -> None:
 
     if cfg.distributed.backend == "ray":
         _check_ray(cfg)
+    if r.restart_on_failure and (cfg.distributed.backend != "ray" or cfg.distributed.rollout == "driver"):
+        raise ConfigError("rollout.restart_on_failure: restarts engines that run in their own processes "
+                          "(distributed.backend: ray with distributed.rollout: workers or auto); this run's engine "
+                          "is in the trainer's process, whose crash ends the run (--resume auto continues it)")
     if cfg.async_training.enable:
         _check_async(cfg)
     elif cfg.async_training.streaming:

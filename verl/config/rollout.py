@@ -93,6 +93,11 @@ class RolloutConfig(Section):
     # and every this many steps, and compare them with the actor's (LoRA merged): a sync that did not
     # reach the engine stops the run (verl/rollout/sync_check.py). 0: never.
     verify_sync_every: int = key(10, ge=0, resume_safe=True)
+    # Engines in their own processes (distributed.rollout: workers, one vLLM engine per replica): a replica
+    # that dies or stops answering is started again once a run, synced from the actor, and the call that
+    # failed is made again. false: the run stops within seconds with one line naming the lost process
+    # (exit 3), and --resume auto continues from the last full checkpoint.
+    restart_on_failure: bool = key(False, resume_safe=True)
     # Hugging Face backend (rollout.name: hf)
     hf_weight_copy: bool = False  # generate with an own copy of the actor in model.dtype, synced after each update
     # dynamic | static (fixed max_model_len KV cache; compiled decode on CUDA)

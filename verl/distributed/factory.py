@@ -99,6 +99,18 @@ def _model_path_for_replicas(config, tokenizer, actor) -> str:
     return path
 
 
+def _replica_devices(leaders: list[int], tp: int, actor_info: list[dict]) -> list:
+    """Per replica, the GPU ids its engine sees (TP > 1: those of its actor ranks, one node) or None."""
+    visible = []
+    for lead in leaders:
+        members = actor_info[lead: lead + tp]
+        if len({m["node_ip"] for m in members}) > 1:
+            raise DistributedError(f"rollout replica of actor ranks {lead}..{lead + tp - 1} spans several "
+                                   "nodes; rollout.tensor_model_parallel_size must fit in one node")
+        visible.append([g for m in members for g in m["gpu_ids"]] if tp > 1 else None)
+    return visible
+
+
 def build_distributed_workers(config, tokenizer) -> DistributedWorkers:
     from verl.distributed import groups as G
     from verl.distributed import workers as W
@@ -158,23 +170,24 @@ def build_distributed_workers(config, tokenizer) -> DistributedWorkers:
         out.reward = G.RewardGroup(groups["reward"]) if remote_reward else None
 
         if rollout_mode == "workers":
-            replicas = WorkerGroup("rollout", RolloutReplicaWorker, train, share, d.timeout_s,
-                                   process_group=False, slots=leaders).start()
-            out.groups.append(replicas)
-            tp = config.rollout.tensor_model_parallel_size
-            info = groups["actor"].info
-            visible = []
-            for lead in leaders:
-                members = info[lead: lead + tp]
-                if len({m["node_ip"] for m in members}) > 1:
-                    raise DistributedError(f"rollout replica of actor ranks {lead}..{lead + tp - 1} spans several "
-                                           "nodes; rollout.tensor_model_parallel_size must fit in one node")
-                visible.append([g for m in members for g in m["gpu_ids"]] if tp > 1 else None)
             path = _model_path_for_replicas(config, tokenizer, out.actor)
-            tok_name = config.model.tokenizer or config.model.name
-            replicas.call("build", config, path, tok_name, per_rank=visible)
-            out.rollout = ReplicatedRollout(replicas, out.actor, leaders, d.weight_bucket_mb, config.model.dtype)
+            visible = _replica_devices(leaders, config.rollout.tensor_model_parallel_size, groups["actor"].info)
+
+            def start_replicas() -> WorkerGroup:
+                group = WorkerGroup("rollout", RolloutReplicaWorker, train, share, d.timeout_s,
+                                    process_group=False, slots=leaders).start()
+                out.groups[:] = [g for g in out.groups if g.name != "rollout"] + [group]
+                group.call("build", config, path, config.model.tokenizer or config.model.name, per_rank=visible)
+                return group
+
+            out.rollout = ReplicatedRollout(start_replicas(), out.actor, leaders, d.weight_bucket_mb,
+                                            config.model.dtype,
+                                            rebuild=start_replicas if config.rollout.restart_on_failure else None)
             out.rollout.sync_weights()
+        elif config.rollout.restart_on_failure:
+            raise ConfigError("rollout.restart_on_failure: distributed.rollout: auto chose 'driver' (the engine in "
+                              "the trainer's process: no GPU, or rollout.name is not vllm), where there is no engine "
+                              "process to restart; set distributed.rollout: workers with rollout.name: vllm")
     except BaseException:
         out.shutdown()
         raise

@@ -160,9 +160,12 @@ class ActorGroup(_TrainableRole):
         optimal token baseline also batch.sum_pi_squared (B, R), each rank's rows gathered back."""
         fill_pi_old(self, batch, self.config.algorithm.adv_estimator)
 
-    def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
-        """Stream the gathered weights, bucket by bucket, into rollout replicas."""
-        return self.group.call("weight_buckets_to", replicas, leaders, bucket_mb, dtype)[0]
+    def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> tuple[dict, dict]:
+        """Stream the gathered weights, bucket by bucket, into rollout replicas: (rank 0's sync metrics,
+        {replica index: why} for the replicas that died during it, from every leading rank)."""
+        results = self.group.call("weight_buckets_to", replicas, leaders, bucket_mb, dtype)
+        lost = {j: why for r in results for j, why in r.pop("lost_replicas").items()}
+        return results[0], lost
 
 
 class CriticGroup(_TrainableRole):

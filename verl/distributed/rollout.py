@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
+from verl.distributed.worker_group import WorkerDiedError, WorkerTimeoutError
 from verl.distributed.workers import RankWorker
 from verl.rollout.base import RolloutEngine, SamplingParams
 
@@ -80,31 +81,69 @@ def load_named_weights(engine, weights: list[tuple[str, torch.Tensor]]) -> None:
 
 
 class ReplicatedRollout(RolloutEngine):
-    """The driver's handle on the replicas: same interface as any rollout engine."""
+    """The driver's handle on the replicas: same interface as any rollout engine.
 
-    def __init__(self, group, actor, leaders: list[int], bucket_mb: float, dtype: str):
+    A replica process that dies (or stops answering within distributed.timeout_s) ends the run with
+    WorkerDiedError / WorkerTimeoutError naming it, unless `rebuild` is given (rollout.restart_on_failure):
+    then, once per run, the replicas are started again, synced from the actor, and the call that failed
+    is made again (a generation with the same requests and seeds samples what the lost one would have)."""
+
+    def __init__(self, group, actor, leaders: list[int], bucket_mb: float, dtype: str, rebuild=None,
+                 say=print):
         self.group, self.actor, self.leaders = group, actor, leaders
         self.bucket_mb, self.dtype = bucket_mb, dtype
+        self.rebuild, self.say = rebuild, say  # rebuild() -> a started, built WorkerGroup of fresh replicas
+        self.restarts = 0
 
     @property
     def num_replicas(self) -> int:
         return self.group.world_size
 
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
-        parts = prompts.chunk(self.num_replicas)
-        results = self.group.call("generate", sampling, per_rank=parts)
-        return Batch.concat([b for b in results if len(b)])
+        def run():
+            parts = prompts.chunk(self.num_replicas)
+            return Batch.concat([b for b in self.group.call("generate", sampling, per_rank=parts) if len(b)])
+
+        return self._restarting("generate", run)
 
     def sync_weights(self, model=None) -> dict:
         """Actor shards -> replicas (the `model` argument, the driver's copy, is not used:
         the weights go from the ranks straight to the replicas)."""
-        return self.actor.push_weights(self.group.handles, self.leaders, self.bucket_mb, self.dtype)
+        return self._restarting("sync_weights", self._push)
+
+    def _push(self) -> dict:
+        metrics, lost = self.actor.push_weights(self.group.handles, self.leaders, self.bucket_mb, self.dtype)
+        if lost:
+            j, why = min(lost.items())
+            self.group.fail(WorkerDiedError, f"rollout.sync_weights: rank {j} died (killed, out of memory or "
+                             f"crashed; {why})", sorted(lost))
+        return metrics
 
     def sleep(self) -> None:
-        self.group.call("sleep")
+        self._restarting("sleep", lambda: self.group.call("sleep"))
 
     def wake_up(self) -> None:
-        self.group.call("wake_up")
+        # a restarted group is awake (synced) already: nothing to redo
+        self._restarting("wake_up", lambda: self.group.call("wake_up"), redo=False)
+
+    def _restarting(self, what: str, call, redo: bool = True):
+        try:
+            return call()
+        except (WorkerDiedError, WorkerTimeoutError) as exc:
+            if self.rebuild is None or self.restarts >= 1:
+                once = " (it was restarted once already)" if self.restarts else ""
+                raise type(exc)(f"vLLM engine process lost{once}: {exc}") from None
+            self.restarts += 1
+            self.say(f"warning: vLLM engine process lost: {str(exc).splitlines()[0]}; starting the rollout engines "
+                     "again and syncing them from the actor (rollout.restart_on_failure: once per run)")
+            start = time.monotonic()
+            self.group = self.rebuild()
+            synced = self._push()
+            self.say(f"rollout engines restarted in {time.monotonic() - start:.0f} s" +
+                     (f"; {what} again" if redo and what != "sync_weights" else ""))
+            if what == "sync_weights":
+                return synced
+            return call() if redo else None
 
 
 def replica_layout(world_size: int, tp: int) -> list[int]:

@@ -28,6 +28,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from verl.distributed.fsdp import RANK_ENV
+from verl.distributed.kill_hook import kill_worker_if_asked
 
 LOG_TAIL_LINES = 20
 # When a rank raises, how long the other ranks' calls are watched for a death that caused it
@@ -204,6 +205,7 @@ class WorkerGroup:
             for rank, h in enumerate(self.handles):
                 a = ((per_rank[rank],) + args) if per_rank is not None else args
                 refs.append(getattr(h, method).remote(*a, **kwargs))
+        kill_worker_if_asked(self.name, method, self.info)  # the chaos tests' fault injection; off by default
         return refs
 
     def call_rank(self, rank: int, method: str, *args, timeout_s: Optional[float] = None, **kwargs):
@@ -225,7 +227,7 @@ class WorkerGroup:
             left = deadline - time.monotonic()
             if left <= 0:
                 stuck = sorted(ranks[i] for i in pending.values())
-                self._fail(WorkerTimeoutError, f"{self.name}.{method}: rank(s) {stuck} did not answer within "
+                self.fail(WorkerTimeoutError, f"{self.name}.{method}: rank(s) {stuck} did not answer within "
                            f"{timeout:.0f} s (distributed.timeout_s)", stuck)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=min(left, 1.0))
             for ref in ready:
@@ -233,15 +235,15 @@ class WorkerGroup:
                 try:
                     results[i] = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    self._fail(WorkerDiedError, f"{self.name}.{method}: rank {ranks[i]} died (killed, out of "
-                               f"memory or crashed; {type(exc).__name__}: {_first_line(exc)})", [ranks[i]])
+                    self.fail(WorkerDiedError, f"{self.name}.{method}: rank {ranks[i]} died (killed, out of "
+                               f"memory or crashed; Ray: {type(exc).__name__})", [ranks[i]])
                 except ray.exceptions.RayTaskError as exc:
                     dead = self._dead_peer(pending, ranks, min(PEER_DEATH_WAIT_S, max(0.0, left)))
                     if dead is not None:  # the raise is the consequence (a collective lost its peer)
                         r, why = dead
-                        self._fail(WorkerDiedError, f"{self.name}.{method}: rank {r} died (killed, out of memory or "
+                        self.fail(WorkerDiedError, f"{self.name}.{method}: rank {r} died (killed, out of memory or "
                                    f"crashed; {why}); rank {ranks[i]} then raised: {_first_line(exc)}", [r])
-                    self._fail(WorkerRaisedError, f"{self.name}.{method}: rank {ranks[i]} raised "
+                    self.fail(WorkerRaisedError, f"{self.name}.{method}: rank {ranks[i]} raised "
                                f"{_remote_error(exc)}", [ranks[i]], show_logs=False)
         return results
 
@@ -259,16 +261,23 @@ class WorkerGroup:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    return ranks[j], f"{type(exc).__name__}: {_first_line(exc)}"
+                    return ranks[j], f"Ray: {type(exc).__name__}"
                 except Exception:  # noqa: BLE001 - another rank raising too: not a death
                     pass
         return None
 
-    def _fail(self, kind, message: str, ranks: list[int], show_logs: bool = True):
-        parts = [message]
+    def fail(self, kind, message: str, ranks: list[int], show_logs: bool = True):
+        """Kill the group and raise `kind`. The first line is the whole story for a console (what failed,
+        where: node, pid and log of each rank named); the lines after it quote the ranks' last log lines."""
+        where = []
         for r in ranks:
             info = self.info[r] if r < len(self.info) else {}
-            parts.append(f"  {self.name} rank {r}: node {info.get('node_ip', '?')}, pid {info.get('pid', '?')}")
+            logs = info.get("logs") or []
+            where.append(f"{self.name} rank {r}: node {info.get('node_ip', '?')}, pid {info.get('pid', '?')}"
+                         + (f", log {logs[0]}" if logs else ""))
+        parts = [f"{message} [{'; '.join(where)}]" if where else message]
+        for r in ranks:
+            info = self.info[r] if r < len(self.info) else {}
             if show_logs:
                 lines = self._log_tail(r)
                 if lines:

@@ -194,7 +194,12 @@ class ActorWorker(TrainableWorker):
 
     def weight_buckets_to(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> dict:
         """Gather the full weights bucket by bucket (every rank takes part) and, on the ranks
-        in `leaders`, stream each bucket to the matching rollout replica."""
+        in `leaders`, stream each bucket to the matching rollout replica.
+
+        A replica that dies meanwhile is left out of the rest of the sync, and this rank keeps
+        gathering: the other ranks are in the same all-gathers and would otherwise wait for it until the
+        process group's timeout. Its index comes back under "lost_replicas" ({replica: why}) for the
+        driver to name it (or restart it, rollout.restart_on_failure)."""
         import time
 
         import ray
@@ -202,20 +207,29 @@ class ActorWorker(TrainableWorker):
         from verl.models.loading import torch_dtype
 
         start = time.perf_counter()
-        mine = [rep for rep, lead in zip(replicas, leaders) if lead == self.rank]
-        for rep in mine:
-            ray.get(rep.begin_weights.remote())
+        mine = [(j, rep) for j, (rep, lead) in enumerate(zip(replicas, leaders)) if lead == self.rank]
+        lost: dict[int, str] = {}
+
+        def to_live_replicas(send) -> None:  # send(replica handle) -> ObjectRef
+            refs = [(j, send(rep)) for j, rep in mine if j not in lost]
+            for j, ref in refs:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    lost[j] = f"Ray: {type(exc).__name__}"
+                    self.log(f"rollout replica {j} died during the weight sync ({lost[j]})")
+
+        to_live_replicas(lambda rep: rep.begin_weights.remote())
         n_bytes = n_buckets = 0
         for bucket in fsdp.weight_buckets(self.role.model, int(bucket_mb * 2**20), torch_dtype(dtype)):
-            if mine:
+            if len(lost) < len(mine):
                 ref = ray.put(bucket)
-                ray.get([rep.add_weights.remote(ref) for rep in mine])
+                to_live_replicas(lambda rep: rep.add_weights.remote(ref))
             n_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             n_buckets += 1
-        if mine:
-            ray.get([rep.finish_weights.remote() for rep in mine])
+        to_live_replicas(lambda rep: rep.finish_weights.remote())
         return {"timing_s/update_weights": time.perf_counter() - start, "rollout/weight_sync_bytes": float(n_bytes),
-                "rollout/weight_sync_buckets": float(n_buckets)}
+                "rollout/weight_sync_buckets": float(n_buckets), "lost_replicas": lost}
 
 
 class CriticWorker(TrainableWorker):

@@ -35,8 +35,9 @@ Metrics as the vLLM backend's: rollout/sleep_s, rollout/sleep_freed_gib, rollout
 rollout/wake_taken_gib.
 
 Signals. SGLang's own SIGTERM/SIGQUIT handlers would replace the trainer's graceful stop; the
-engine keeps them out (`keep_signal_handlers`), and a failing SGLang child (SIGQUIT) ends the run
-with one line (`scheduler_failed`).
+engine keeps them out (`keep_signal_handlers`), and a failing SGLang child (SIGQUIT; or, for one
+killed outright, our ChildWatch within about a second) ends the run with one line naming it and the
+checkpoint to resume from, exit 3 (`scheduler_failed`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import torch
 from verl.batch import Batch
 from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
+from verl.rollout.child_watch import ChildWatch, child_pids, process_name
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
@@ -76,18 +78,46 @@ def import_sglang():
     return sglang
 
 
+_WATCHES: list = []  # the ChildWatch of each live engine (the SIGQUIT handler names what died)
+
+
+def engine_loss_line(dead: list) -> str:
+    """The one line for an SGLang engine process that died: which ones ([(pid, name)]) and what is saved."""
+    from verl.signals import resume_note
+
+    what = ", ".join(f"{name} (pid {pid})" for pid, name in dead) or "its scheduler or detokenizer process"
+    return (f"error: SGLang engine process lost: {what} died (killed, out of memory or crashed; SGLang's log is "
+            f"above); {resume_note()}")
+
+
 def scheduler_failed(signum, frame) -> None:
-    """SGLang's child processes send SIGQUIT to this one when they fail (SGLang's own handler kills
-    the process tree silently): one line saying what happened, the children stopped, exit 1.
+    """SIGQUIT: an SGLang child process failed. Its own handler sends it when it fails in Python, SGLang's
+    watchdog or ours (ChildWatch, for a child killed outright) when it is gone. One line naming it and the
+    checkpoint to resume from, the other children stopped, exit 3 (a lost engine process, as under Ray).
     Checkpoints already written are complete files (verl/checkpoint/durable_files.py)."""
-    print("error: SGLang's scheduler process failed (its log is above); the run stops here. Resume from the "
-          "last checkpoint with --resume", file=sys.stderr, flush=True)
+    dead = [d for w in _WATCHES for d in w.dead()]
+    print(engine_loss_line(dead), file=sys.stderr, flush=True)
     try:
         from sglang.srt.utils import kill_process_tree
 
         kill_process_tree(os.getpid(), include_parent=False)
     finally:
-        os._exit(1)
+        os._exit(3)
+
+
+def engine_processes(new_children: set) -> set:
+    """The engine's own processes among the children that appeared while it started: those SGLang titled
+    ("sglang::scheduler", "sglang::detokenizer"), so that a helper that ends by itself (a JIT compiler
+    run) is not taken for a death; all of them where this SGLang titles none."""
+    titled = {pid for pid in new_children if "sglang" in process_name(pid).lower()}
+    return titled or set(new_children)
+
+
+def _signal_engine_loss(dead: list) -> None:
+    """ChildWatch's callback (its own thread): hand over to scheduler_failed on the main thread."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGQUIT)
 
 
 def keep_signal_handlers(engine) -> None:
@@ -223,6 +253,7 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
             kwargs["context_length"] = rollout_cfg.max_model_len
         if rollout_cfg.max_num_batched_tokens is not None:
             kwargs["chunked_prefill_size"] = rollout_cfg.max_num_batched_tokens
+        before = child_pids()
         try:
             self.engine = sgl.Engine(**kwargs)
         except Exception as exc:
@@ -231,8 +262,12 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
                 raise ValueError(f"rollout.name: sglang cannot run {model_path}: {text.splitlines()[0]}; "
                                  "use rollout.name: vllm or rollout.name: hf") from exc
             raise
+        self._watch = None
         if self._main_thread:
             keep_signal_handlers(self.engine)
+            # a child killed outright (SIGKILL, the OOM killer) cannot send SIGQUIT: watch for it (~1 s)
+            self._watch = ChildWatch(engine_processes(child_pids() - before), on_death=_signal_engine_loss).start()
+            _WATCHES.append(self._watch)
 
     # ------------------------------------------------------------------ generate
     def build_requests(self, prompts: Batch, sampling: SamplingParams) -> tuple[list, dict]:
@@ -340,6 +375,11 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
     def shutdown(self) -> None:
         """Stop the scheduler and detokenizer processes (SGLang also does it at exit)."""
         engine = getattr(self, "engine", None)
+        watch = getattr(self, "_watch", None)
+        if watch is not None:  # its processes are about to exit on purpose
+            watch.stop()
+            _WATCHES.remove(watch)
+            self._watch = None
         if engine is not None:
             engine.shutdown()
             self.engine = None

@@ -5,7 +5,8 @@
 
 run_training loads and checks the config before torch is imported, settles where the run starts,
 and trains under the graceful-stop handlers; run_guarded turns what goes wrong into one line and
-an exit code (bad input 2, divergence or out of memory 1; tracebacks only with debug).
+an exit code (bad input 2, divergence or out of memory 1, a worker or engine process lost 3; tracebacks only
+with debug).
 """
 
 from __future__ import annotations
@@ -63,6 +64,17 @@ def run_training(config_path: str | None, overrides: list[str]) -> int:
     return 0
 
 
+def _lost_worker(exc: BaseException):
+    """A worker or engine process that died or stopped answering (verl.distributed): exit 3, its own first line
+    (what died: group, call, rank, node, pid, log) and where --resume continues from; None for other errors."""
+    module = sys.modules.get("verl.distributed.worker_group")
+    if module is None or not isinstance(exc, (module.WorkerDiedError, module.WorkerTimeoutError)):
+        return None  # a rank that raised is reported as any error is (exit 1; out of memory with its hint)
+    from verl.signals import resume_note
+
+    return f"{one_line(str(exc), limit=600)}; {resume_note()}"
+
+
 def _is_oom(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
@@ -106,6 +118,9 @@ def _classify(exc: BaseException, debug: bool = False) -> tuple[int, str]:
         return 2, str(exc)
     if isinstance(exc, (TrainingDiverged, InvariantBroken)):
         return 1, str(exc)
+    lost = _lost_worker(exc)
+    if lost is not None:
+        return 3, lost
     if _is_oom(exc):
         return 1, OOM_HINT
     hint = "" if debug else " (run with --debug for the traceback)"

@@ -292,7 +292,7 @@ class RunLifecycle:
                 save_pretrained_into(t.actor.model, t.tokenizer, os.path.join(folder, "actor"), merge_lora=True)
         with checkpoint_write(), _disk_errors(f"step {t.global_step}'s checkpoint", self.checkpoints.root):
             path = self.checkpoints.save(t.global_step, kind, write, prune=prune, meta={"reason": reason})
-            note_checkpoint(path)
+            note_checkpoint(path, resumable=kind == "full")
         if kind == "full":
             self._full_saved_at, self._full_path = t.global_step, path
         return path
