@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from verl.tracking import GpuUtilSampler, ProgressBar, compute_mfu, gpu_peak_flops, system_metrics
+from verl.tracking import GpuUtilSampler, ProgressBar, gpu_peak_flops, system_metrics
 
 
 def test_system_metrics_cpu():
@@ -53,14 +53,6 @@ def test_gpu_peak_flops_table():
     assert gpu_peak_flops("NVIDIA A10G") is None
     assert gpu_peak_flops("Tesla T4-like unknown") is None
     assert gpu_peak_flops(None) is None
-
-
-def test_compute_mfu():
-    # 1B params, 100k tokens in 1 s on a 989 TFLOP/s GPU: 6e14 / 9.89e14
-    assert compute_mfu(1_000_000_000, 100_000, 1.0, 989e12) == pytest.approx(6e14 / 989e12)
-    assert compute_mfu(10, 10, 2.0, 600.0) == pytest.approx(0.5)
-    assert compute_mfu(10, 10, 1.0, None) is None
-    assert compute_mfu(10, 10, 0.0, 1e12) is None
 
 
 def test_gpu_util_sampler_averages_readings():

@@ -41,20 +41,18 @@ def gpu_peak_flops(device_name: Optional[str]) -> Optional[float]:
     return None
 
 
-def compute_mfu(n_params: int, tokens: int, seconds: float, peak_flops: Optional[float]) -> Optional[float]:
-    """Model FLOPs utilisation of a training phase, in [0, 1].
+def compute_mfu(flops: float, seconds: float, peak_flops: Optional[float]) -> Optional[float]:
+    """Model FLOPs utilisation of a training phase, in [0, 1]:
 
-        MFU = 6 * N * T / (seconds * peak_flops)
+        MFU = flops / (seconds * peak_flops)
 
-    N: trainable parameters; T: tokens (prompt + response) passed forward and backward.
-    6 N T counts the forward (2 N T) and backward (4 N T) matmul FLOPs of a dense decoder,
-    ignoring attention's quadratic term and activation recomputation (Kaplan et al. 2020;
-    PaLM appendix B). Count only the time spent in the update (e.g. timing_s/update_actor),
-    not generation. Returns None when the peak is unknown or the time is not positive.
-    """
+    `flops`: what the phase computes, for the actor update verl.tracking.flops.update_flops (forward,
+    activation gradients, the trained weights' gradients, attention). Count only the time spent in that
+    phase (e.g. timing_s/update_actor), not generation. None when the peak is unknown or the time is
+    not positive."""
     if peak_flops is None or peak_flops <= 0 or seconds <= 0:
         return None
-    return 6.0 * n_params * tokens / (seconds * peak_flops)
+    return flops / (seconds * peak_flops)
 
 
 def _nvml_available() -> bool:

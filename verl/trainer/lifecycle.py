@@ -20,6 +20,7 @@ import time
 
 from verl.trainer.invariants import InvariantChecker
 from verl.tracking import ProgressBar, Tracker, short_metrics, system_metrics
+from verl.tracking.flops import model_shape, update_flops
 from verl.tracking.system import GpuUtilSampler, compute_mfu, gpu_peak_flops
 from verl.checkpoint.manager import CheckpointError, CheckpointManager
 from verl.checkpoint.durable_files import test_kill_point
@@ -61,7 +62,7 @@ class RunLifecycle:
         if trainer.device.type == "cuda":
             memory = trainer.timer.memory  # per-stage device-memory peaks from the sampler's readings
             self.util = GpuUtilSampler(read_memory=memory.counters.device_used, on_memory=memory.observe_device).start()
-        self.n_params = sum(p.numel() for p in trainer.actor.model.parameters())
+        self.model_shape = model_shape(trainer.actor.model)  # what the update's MFU counts (verl/tracking/flops.py)
         self.peak_flops = None
         if trainer.device.type == "cuda":
             import torch
@@ -185,9 +186,10 @@ class RunLifecycle:
                 pass  # a stop cut the validation short; the step itself is complete and is saved below
         metrics.update(system_metrics(t.device, self.util, t.timer.memory.step_peak() if t.timer.memory else None))
         if self.peak_flops and "timing_s/update_actor" in metrics:
-            # Actor update MFU: 6 N FLOPs per token (forward + backward) over every epoch.
-            tokens = int(metrics["perf/total_tokens"]) * t.config.training.num_epochs
-            metrics["perf/mfu"] = compute_mfu(self.n_params, tokens, metrics["timing_s/update_actor"], self.peak_flops)
+            # Actor update MFU: forward + backward over every sequence of the batch, every epoch.
+            lengths = t._last_batch.attention_mask.sum(dim=1).tolist()
+            flops = update_flops(self.model_shape, lengths) * t.config.training.num_epochs
+            metrics["perf/mfu"] = compute_mfu(flops, metrics["timing_s/update_actor"], self.peak_flops)
         diverged = self._guard_nonfinite(metrics)
         self.tracker.log(metrics, step)
         if step == 1 or step % 10 == 0 or step == t.config.training.total_steps:
