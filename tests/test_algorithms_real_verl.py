@@ -123,6 +123,59 @@ def test_estimators_equal_real_verl(tmp_path):
         assert torch.allclose(ret, want["ret"].float(), rtol=1e-4, atol=1e-5), label
 
 
+# our estimator -> real verl's registered name, for the lone-sample rule
+LONE_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_pp_baseline": "reinforce_plus_plus_baseline",
+                   "gpg": "gpg", "opo": "opo", "gdpo": "gdpo"}
+
+
+def test_lone_samples_with_group_of_one_score_equal_real_verl(tmp_path):
+    """algorithm.group_of_one: score (main_ppo's): groups of 1-8 including singletons, and rollout.n 1
+    (every group a singleton), give real verl's advantages for every group estimator that has the rule."""
+    g = torch.Generator().manual_seed(2)
+    cases, ours = [], []
+    for b, r in SHAPES:
+        for singletons_only in (False, True):
+            for name, real_name in LONE_ESTIMATORS.items():
+                groups = [f"p{i}" for i in range(b)] if singletons_only else random_groups(g, b, 1)
+                mask = random_mask(g, b, r, holes=False)
+                scores = torch.randint(0, 3, (b,), generator=g).float() / 2
+                token_rewards = torch.zeros(b, r)
+                token_rewards[torch.arange(b), (mask * torch.arange(r)).argmax(dim=1)] = scores
+                case = dict(kind="adv", name=real_name, token_rewards=token_rewards, mask=mask, group_ids=groups)
+                inputs = dict(mask=mask, scores=scores, group_ids=groups, group_of_one="score")
+                if name == "gpg":
+                    inputs.update(gpg_alpha="nonzero", norm_adv_by_std=False)  # real verl's gpg (main_ppo's)
+                if name == "gdpo":
+                    parts = torch.stack([scores, torch.randint(0, 2, (b,), generator=g).float()], dim=1)
+                    case.update(parts=parts, weights=[1.0, 0.5])
+                    inputs.update(reward_parts=parts, reward_weights=[1.0, 0.5])
+                cases.append(case)
+                ours.append(compute_advantages(name, **inputs))
+    real = run_real_verl(cases, tmp_path)
+    for case, (adv, ret), want in zip(cases, ours, real):
+        label = f"{case['name']} {tuple(case['mask'].shape)} groups {len(set(case['group_ids']))}"
+        assert torch.allclose(adv, want["adv"].float(), rtol=1e-4, atol=1e-5), (label, adv, want["adv"])
+
+
+def test_lone_samples_by_hand():
+    # Groups a = (1, 0) and a lone b = (0.5), one token each.
+    mask, scores, groups = torch.ones(3, 1), torch.tensor([1.0, 0.0, 0.5]), ["a", "a", "b"]
+
+    def adv(name, rule, **kw):
+        return compute_advantages(name, mask=mask, scores=scores, group_ids=groups, group_of_one=rule, **kw)[0][:, 0]
+
+    # grpo: a -> +-0.5 / (std 0.7071 + eps) = +-0.7071; b alone: 0, or (0.5 - 0) / (1 + eps) = 0.5
+    assert torch.allclose(adv("grpo", "zero"), torch.tensor([0.70711, -0.70711, 0.0]), atol=1e-4)
+    assert torch.allclose(adv("grpo", "score"), torch.tensor([0.70711, -0.70711, 0.5]), atol=1e-4)
+    # rloo: a -> 1 - 0 = 1 and 0 - 1 = -1; b: its reward 0.5 (no one to leave out)
+    assert torch.allclose(adv("rloo", "score"), torch.tensor([1.0, -1.0, 0.5]))
+    # opo: b's advantage is its reward; gpg (alpha = 3 samples / 2 nonzero rewards = 1.5, no std):
+    # a -> 1.5 (1 - 0.5) = +-0.75, b -> 1.5 x 0.5 = 0.75
+    assert torch.allclose(adv("opo", "score"), torch.tensor([0.5, -0.5, 0.5]))
+    assert torch.allclose(adv("gpg", "score", gpg_alpha="nonzero", norm_adv_by_std=False),
+                          torch.tensor([0.75, -0.75, 0.75]))
+
+
 def test_where_the_paper_differs_from_real_verl():
     # Singletons: a sequence alone in its group has no baseline to compare with: 0 here for gpg, opo
     # and gdpo (real verl: alpha r, r, and r / (1 + eps) through its grpo).

@@ -92,6 +92,9 @@ def test_group_estimator_needs_group():
     with pytest.raises(ConfigError, match="rollout.n"):
         config_from_dict({"algorithm": {"name": "grpo"}, "rollout": {"n": 1}})
     assert config_from_dict({"algorithm": {"name": "grpo"}}).rollout.n == 4
+    # real verl's rule for a lone sample (its reward is its advantage) makes n 1 train
+    cfg = config_from_dict({"algorithm": {"name": "grpo", "group_of_one": "score"}, "rollout": {"n": 1}})
+    assert cfg.rollout.n == 1
 
 
 def test_preset_fills_only_unset_keys():

@@ -88,37 +88,48 @@ def discounted_returns(token_rewards: Tensor, mask: Tensor, gamma: float) -> Ten
 
 @torch.no_grad()
 def compute_grpo(
-    scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: bool = True, eps: float = 1e-6
+    scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: bool = True, eps: float = 1e-6,
+    group_of_one: str = "zero",
 ) -> tuple[Tensor, Tensor]:
     """GRPO outcome advantage (Shao et al. 2024, "DeepSeekMath", section 4.1.2):
 
         A_i = (r_i - mean_{g(i)} r) / (std_{g(i)} r + eps)     (norm_by_std)
         A_i =  r_i - mean_{g(i)} r                              (Dr. GRPO, Liu et al. 2025)
 
-    std is the unbiased sample std of the group. A sequence alone in its group gets 0.
+    std is the unbiased sample std of the group. A sequence alone in its group gets 0 (group_of_one
+    "zero": nothing to compare it with), or is taken with mean 0 and std 1 ("score", real verl's
+    rule): r_i / (1 + eps) with norm_by_std, r_i without.
     scores (B,), mask (B, R) -> A_i broadcast over sequence i's valid tokens.
     """
     size, mean, std = group_stats(scores, group_ids)  # each (B,)
+    alone = size <= 1
+    if group_of_one == "score":
+        mean = torch.where(alone, torch.zeros_like(mean), mean)
+        std = torch.where(alone, torch.ones_like(std), std)
     adv = scores - mean
     if norm_by_std:
         adv = adv / (std + eps)
-    adv = torch.where(size > 1, adv, torch.zeros_like(adv))
+    if group_of_one == "zero":
+        adv = torch.where(alone, torch.zeros_like(adv), adv)
     adv = broadcast_over_tokens(adv, mask)
     return adv, adv.clone()
 
 
 @torch.no_grad()
-def compute_rloo(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tensor, Tensor]:
+def compute_rloo(scores: Tensor, mask: Tensor, group_ids: Sequence,
+                 group_of_one: str = "zero") -> tuple[Tensor, Tensor]:
     """REINFORCE Leave-One-Out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"):
 
         A_i = r_i - (1 / (n - 1)) sum_{j in g(i), j != i} r_j  =  n / (n - 1) * (r_i - mean_g r)
 
-    with n = |g(i)|; a sequence alone in its group gets 0. Broadcast over valid tokens.
+    with n = |g(i)|; a sequence alone in its group gets 0, or r_i with group_of_one "score" (no one to
+    leave out: baseline 0, real verl's rule). Broadcast over valid tokens.
     """
     size, mean, _ = group_stats(scores, group_ids)
     n = size
     loo_mean = (n * mean - scores) / (n - 1).clamp_min(1)  # mean of the other n-1 samples
-    adv = torch.where(n > 1, scores - loo_mean, torch.zeros_like(scores))
+    alone = scores if group_of_one == "score" else torch.zeros_like(scores)
+    adv = torch.where(n > 1, scores - loo_mean, alone)
     adv = broadcast_over_tokens(adv, mask)
     return adv, adv.clone()
 
@@ -137,13 +148,19 @@ def compute_reinforce_pp(token_rewards: Tensor, mask: Tensor, gamma: float) -> t
 
 
 @torch.no_grad()
-def compute_reinforce_pp_baseline(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tensor, Tensor]:
+def compute_reinforce_pp_baseline(scores: Tensor, mask: Tensor, group_ids: Sequence,
+                                  group_of_one: str = "zero") -> tuple[Tensor, Tensor]:
     """REINFORCE++-baseline (Hu 2025): subtract the group mean, broadcast over the sequence,
     then whiten over all valid tokens of the batch:
 
         A = whiten_batch( (r_i - mean_{g(i)} r) * m[i, t] )
+
+    A sequence alone in its group is its own mean (0 before whitening), or has mean 0 with
+    group_of_one "score" (real verl's rule: r_i before whitening).
     """
     size, mean, _ = group_stats(scores, group_ids)
+    if group_of_one == "score":
+        mean = torch.where(size <= 1, torch.zeros_like(mean), mean)
     adv = broadcast_over_tokens(scores - mean, mask)
     adv = masked_whiten(adv, mask)
     return adv, adv.clone()
@@ -179,6 +196,7 @@ class AdvantageInputs:
     lam: float = 1.0
     norm_adv_by_std: bool = True
     gpg_alpha: str = "valid"  # gpg's alpha count: valid | nonzero (compute_gpg)
+    group_of_one: str = "zero"  # a sample alone in its group: zero | score (compute_grpo)
 
     def need(self, name: str):
         value = getattr(self, name)
@@ -229,22 +247,23 @@ def _reinforce_pp(x: AdvantageInputs):
 
 @estimator("grpo", compares_group=True)
 def _grpo(x: AdvantageInputs):
-    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std)
+    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std,
+                        group_of_one=x.group_of_one)
 
 
 @estimator("dr_grpo", compares_group=True)
-def _dr_grpo(x: AdvantageInputs):
-    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=False)  # never divides by std
+def _dr_grpo(x: AdvantageInputs):  # never divides by std
+    return compute_grpo(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=False, group_of_one=x.group_of_one)
 
 
 @estimator("rloo", compares_group=True)
 def _rloo(x: AdvantageInputs):
-    return compute_rloo(x.need("scores"), x.mask, x.need("group_ids"))
+    return compute_rloo(x.need("scores"), x.mask, x.need("group_ids"), group_of_one=x.group_of_one)
 
 
 @estimator("reinforce_pp_baseline", compares_group=True)
 def _reinforce_pp_baseline(x: AdvantageInputs):
-    return compute_reinforce_pp_baseline(x.need("scores"), x.mask, x.need("group_ids"))
+    return compute_reinforce_pp_baseline(x.need("scores"), x.mask, x.need("group_ids"), group_of_one=x.group_of_one)
 
 
 @estimator("remax", greedy_baseline=True)

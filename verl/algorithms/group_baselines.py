@@ -2,9 +2,10 @@
 
 Like the estimators there: no gradient, (advantages (B, R), returns (B, R)), 0 on masked tokens;
 `group_ids` (B,) says which samples answer the same prompt; scores (B,) are sequence rewards.
-A sequence alone in its group gets advantage 0 in gpg, opo and gdpo, as in grpo/rloo here (real
-verl gives it its raw score: alpha r, r, r / (1 + eps)); optimal_token_baseline follows its
-authors and gives it its return (no baseline).
+A sequence alone in its group gets advantage 0 in gpg, opo and gdpo, as in grpo/rloo here, or with
+`algorithm.group_of_one: score` (main_ppo's) real verl's baseline 0: alpha r, r, r / (1 + eps)
+before gdpo's whitening; optimal_token_baseline follows its authors and gives it its return (no
+baseline) either way.
 
   gpg     Chu et al. 2025 ("GPG: A Simple and Strong RL Baseline for Model Reasoning", eq. 6-8):
               A_i = alpha (r_i - mean_g(i) r) / F_norm,    alpha = B / B_valid
@@ -48,11 +49,16 @@ Tensor = torch.Tensor
 
 @torch.no_grad()
 def compute_gpg(scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: bool = False,
-                alpha: Optional[float] = None, eps: float = 1e-6, alpha_count: str = "valid") -> tuple[Tensor, Tensor]:
+                alpha: Optional[float] = None, eps: float = 1e-6, alpha_count: str = "valid",
+                group_of_one: str = "zero") -> tuple[Tensor, Tensor]:
     """GPG advantage (module docstring); `alpha` None: B / B_valid (alpha_count "valid") or
     B / (samples with a nonzero reward) (alpha_count "nonzero", real verl's)."""
     size, mean, std = group_stats(scores, group_ids)
     in_group = size > 1
+    if group_of_one == "score":  # alone: mean 0, std 1, and it counts (real verl's rule)
+        mean = torch.where(in_group, mean, torch.zeros_like(mean))
+        std = torch.where(in_group, std, torch.ones_like(std))
+        in_group = torch.ones_like(in_group)
     if alpha is None and alpha_count == "nonzero":
         alpha = len(scores) / max(1, int(torch.count_nonzero(scores)))
     if alpha is None:
@@ -67,8 +73,10 @@ def compute_gpg(scores: Tensor, mask: Tensor, group_ids: Sequence, norm_by_std: 
 
 
 @torch.no_grad()
-def compute_opo(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tensor, Tensor]:
-    """OPO advantage: r_i minus the length-weighted group mean (module docstring)."""
+def compute_opo(scores: Tensor, mask: Tensor, group_ids: Sequence,
+                group_of_one: str = "zero") -> tuple[Tensor, Tensor]:
+    """OPO advantage: r_i minus the length-weighted group mean (module docstring); alone in its group:
+    0, or r_i with group_of_one "score"."""
     idx, num_groups = group_index(group_ids, scores.device)
     lengths = mask.to(torch.float64).sum(dim=-1)  # (B,) |y_i|
     r = scores.to(torch.float64)
@@ -76,20 +84,22 @@ def compute_opo(scores: Tensor, mask: Tensor, group_ids: Sequence) -> tuple[Tens
     total_len = torch.zeros(num_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, lengths)
     size = torch.zeros(num_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, torch.ones_like(r))
     baseline = torch.where(total_len > 0, weighted / total_len.clamp_min(1), torch.zeros_like(total_len))[idx]
-    adv = torch.where(size[idx] > 1, r - baseline, torch.zeros_like(r)).to(scores.dtype)
+    alone = r if group_of_one == "score" else torch.zeros_like(r)
+    adv = torch.where(size[idx] > 1, r - baseline, alone).to(scores.dtype)
     adv = broadcast_over_tokens(adv, mask)
     return adv, adv.clone()
 
 
 @torch.no_grad()
 def compute_gdpo(parts: Tensor, weights: Sequence[float], mask: Tensor, group_ids: Sequence,
-                 norm_by_std: bool = True, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+                 norm_by_std: bool = True, eps: float = 1e-6, group_of_one: str = "zero") -> tuple[Tensor, Tensor]:
     """GDPO advantage. parts (B, K): each reward component's raw score; weights (K,)."""
     if parts.dim() != 2 or parts.shape[1] != len(weights):
         raise ValueError(f"gdpo: reward parts {tuple(parts.shape)} do not match {len(weights)} weights")
     total = torch.zeros_like(mask, dtype=torch.float32)
     for k, w in enumerate(weights):
-        adv_k, _ = compute_grpo(parts[:, k].float(), mask, group_ids, norm_by_std=norm_by_std, eps=eps)
+        adv_k, _ = compute_grpo(parts[:, k].float(), mask, group_ids, norm_by_std=norm_by_std, eps=eps,
+                                group_of_one=group_of_one)
         total = total + float(w) * adv_k
     adv = masked_whiten(total, mask)
     return adv, adv.clone()
@@ -128,18 +138,18 @@ def compute_optimal_token_baseline(token_rewards: Tensor, mask: Tensor, group_id
 @estimator("gpg", compares_group=True)
 def _gpg(x: AdvantageInputs):
     return compute_gpg(x.need("scores"), x.mask, x.need("group_ids"), norm_by_std=x.norm_adv_by_std,
-                       alpha_count=x.gpg_alpha)
+                       alpha_count=x.gpg_alpha, group_of_one=x.group_of_one)
 
 
 @estimator("opo", compares_group=True)
 def _opo(x: AdvantageInputs):
-    return compute_opo(x.need("scores"), x.mask, x.need("group_ids"))
+    return compute_opo(x.need("scores"), x.mask, x.need("group_ids"), group_of_one=x.group_of_one)
 
 
 @estimator("gdpo", compares_group=True, reads_reward_parts=True)
 def _gdpo(x: AdvantageInputs):
     return compute_gdpo(x.need("reward_parts"), x.need("reward_weights"), x.mask, x.need("group_ids"),
-                        norm_by_std=x.norm_adv_by_std)
+                        norm_by_std=x.norm_adv_by_std, group_of_one=x.group_of_one)
 
 
 @estimator("optimal_token_baseline", compares_group=True, needs_sum_pi_squared=True)

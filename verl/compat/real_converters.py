@@ -35,7 +35,8 @@ DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float1
 
 def adv_estimator(value, ctx, key):
     preset, ours = pick(value, key, ESTIMATORS)
-    out = {"algorithm.name": preset, "algorithm.adv_estimator": ours}
+    # a sample alone in its group (n 1): real verl's estimators take baseline 0 (and std 1)
+    out = {"algorithm.name": preset, "algorithm.adv_estimator": ours, "algorithm.group_of_one": "score"}
     if ours == "gpg":  # real verl's alpha: B / (samples with a nonzero reward)
         out["algorithm.gpg_alpha"] = "nonzero"
     return out

@@ -85,6 +85,10 @@ class AlgorithmConfig(Section):
     # gpg's alpha = B / count: valid = the samples of groups whose rewards differ (the paper's B - M);
     # nonzero = the samples with a nonzero reward (real verl's, which main_ppo sets)
     gpg_alpha: str = key("valid", choices=("valid", "nonzero"))
+    # A sample alone in its group (rollout.n 1) under a group estimator: zero = advantage 0 (nothing to
+    # compare it with; n 1 is then refused, as nothing would train); score = baseline 0 (std 1), its raw
+    # reward as the advantage: real verl's rule, which main_ppo sets
+    group_of_one: str = key("zero", choices=("zero", "score"))
     # Value side
     cliprange_value: float = 0.2
     critic_warmup: int = key(0, ge=0)  # steps during which only the critic trains

@@ -28,9 +28,10 @@ def check(cfg) -> None:
     if r.cache_implementation == "static" and not r.hf_weight_copy and m.lora.rank == 0 and m.dtype != "float32":
         raise ConfigError(f"rollout.cache_implementation: static under model.dtype: {m.dtype} autocast over the "
                           f"actor's float32 weights needs rollout.hf_weight_copy: true")
-    if ESTIMATORS[a.adv_estimator].compares_group and r.n < 2:
+    if ESTIMATORS[a.adv_estimator].compares_group and r.n < 2 and a.group_of_one == "zero":
         raise ConfigError(f"rollout.n: {a.adv_estimator} compares samples within a group, so it needs n >= 2, "
-                          f"got {r.n}")
+                          f"got {r.n} (or algorithm.group_of_one: score, real verl's rule: a lone sample's reward "
+                          "is its advantage)")
     budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
     if r.max_model_len < d.max_prompt_length + r.response_budget:
         raise ConfigError(f"rollout.max_model_len: {r.max_model_len} is shorter than data.max_prompt_length + "

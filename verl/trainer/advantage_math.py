@@ -55,7 +55,7 @@ def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float,
         a.adv_estimator, token_rewards=batch.token_level_rewards, values=batch.values,
         scores=batch.token_level_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
         group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo,
-        gpg_alpha=a.gpg_alpha,
+        gpg_alpha=a.gpg_alpha, group_of_one=a.group_of_one,
         reward_parts=batch.reward_parts, reward_weights=reward_weights, old_log_probs=batch.old_log_probs,
         sum_pi_squared=batch.sum_pi_squared)
     if ESTIMATORS[a.adv_estimator].whiten:  # gae: PPO normalises advantages per batch
