@@ -12,6 +12,7 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
     rollout_log_probs(B, R) float  log pi_engine(token) reported by the generation engine
     old_log_probs    (B, R) float  log pi_old(token) recomputed by the actor before the update
     ref_log_probs    (B, R) float  log pi_ref(token) from the frozen reference policy
+    teacher_log_probs (B, R) float log p_teacher(token): the distillation teacher's (distillation.*)
     values           (B, R) float  V(s_t) from the critic
     token_level_scores  (B, R)     reward-function score placed on each response's last token
     token_level_rewards (B, R)     scores minus the KL penalty (when KL is in the reward)
@@ -59,6 +60,7 @@ class Batch:
     rollout_log_probs: Optional[Tensor] = None
     old_log_probs: Optional[Tensor] = None
     ref_log_probs: Optional[Tensor] = None
+    teacher_log_probs: Optional[Tensor] = None
     values: Optional[Tensor] = None
     token_level_scores: Optional[Tensor] = None
     token_level_rewards: Optional[Tensor] = None

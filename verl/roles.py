@@ -4,6 +4,7 @@ What the trainer calls on each role (single-process workers and Ray groups alike
     actor      compute_old_log_probs(batch, may_defer), update(batch), last_entropy, model,
                state_dict() / load_state_dict()
     reference  compute_log_probs(batch)                          (None: the algorithm has no KL)
+    teacher    compute_log_probs(batch)                          (None: no distillation)
     critic     compute_values(batch), update(batch), model       (None: no value model)
     reward     score(batch) -> (scores (B,), metrics)
     rollout    generate(prompts, sampling), sync_weights(model), sleep(), wake_up()
@@ -22,6 +23,7 @@ class Roles:
     rollout: Any
     reference: Optional[Any] = None
     critic: Optional[Any] = None
+    teacher: Optional[Any] = None
 
 
 class Backend:

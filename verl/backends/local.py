@@ -8,6 +8,7 @@ from verl.rollout.registry import build_rollout
 from verl.workers.actor import Actor
 from verl.workers.critic_factory import build_critic
 from verl.workers.reference import Reference
+from verl.workers.teacher import Teacher
 
 
 class LocalBackend(Backend):
@@ -18,8 +19,9 @@ class LocalBackend(Backend):
         actor = Actor.from_config(config, device)
         reference = Reference.from_config(config, device, actor.model) if needs_reference(a) else None
         critic = build_critic(config, device, actor, tokenizer) if needs_critic(a) else None
+        teacher = Teacher.from_config(config, device, tokenizer) if config.distillation.enable else None
         rollout = build_rollout(config, actor.model, tokenizer)
-        return Roles(actor=actor, reward=reward, rollout=rollout, reference=reference, critic=critic)
+        return Roles(actor=actor, reward=reward, rollout=rollout, reference=reference, critic=critic, teacher=teacher)
 
     @property
     def state_io(self):

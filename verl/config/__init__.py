@@ -3,7 +3,7 @@
     cfg = load_config("config.yaml", ["training.lr=1e-5"])   # validated, derived values filled
 
 Each section's dataclass (model.py, rollout.py, algorithm.py, training.py, reward_fn.py,
-critic.py, data.py, logging_section.py, checkpoint.py, distributed.py) owns its keys: default,
+critic.py, data.py, logging_section.py, checkpoint.py, distributed.py, distillation.py) owns its keys: default,
 allowed values (from the module that implements them), bounds, its own checks and whether a
 key may change on resume (keys.py declares how). root.py holds the whole Config and the rules
 between sections; build.py turns YAML (yaml_io.py, paths.py) and overrides into a Config.
@@ -17,6 +17,7 @@ from verl.config.build import build_section, config_from_dict, load_config
 from verl.config.checkpoint import CheckpointConfig
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
+from verl.config.distillation import DistillationConfig
 from verl.config.distributed import DistributedConfig
 from verl.config.keys import did_you_mean, resume_safe_keys
 from verl.config.logging_section import LoggingConfig
@@ -30,7 +31,7 @@ from verl.config.yaml_io import parse_overrides, read_yaml
 from verl.errors import ConfigError
 
 __all__ = ["AlgorithmConfig", "AsyncTrainingConfig", "CheckpointConfig", "Config", "ConfigError", "CriticConfig", "DataConfig",
-           "DistributedConfig", "DynamicSamplingConfig", "KLControlConfig", "LoggingConfig", "LoraConfig",
+           "DistillationConfig", "DistributedConfig", "DynamicSamplingConfig", "KLControlConfig", "LoggingConfig", "LoraConfig",
            "ModelConfig", "MultiTurnConfig", "OverlongPenaltyConfig", "RewardFnConfig", "RolloutConfig", "TrainingConfig",
            "apply_preset", "build_section", "config_from_dict", "did_you_mean", "load_config", "parse_overrides",
            "read_yaml", "resolve_relative_paths", "resume_safe_keys"]

@@ -95,7 +95,8 @@ def _check_ray(cfg) -> None:
     unsupported = [("model.lora.rank > 0", m.lora.rank > 0), ("model.torch_compile", m.torch_compile),
                    ("training.use_packed_samples", t.use_packed_samples),
                    ("training.offload_optimizer", t.offload_optimizer),
-                   ("training.offload_idle_models", t.offload_idle_models)]
+                   ("training.offload_idle_models", t.offload_idle_models),
+                   ("distillation.enable", cfg.distillation.enable)]
     for key_name, on in unsupported:
         if on:
             raise ConfigError(f"{key_name}: not supported with distributed.backend: ray yet (FSDP shards the "

@@ -14,6 +14,7 @@ from verl.config.async_training import AsyncTrainingConfig
 from verl.config.checkpoint import CheckpointConfig
 from verl.config.critic import CriticConfig
 from verl.config.data import DataConfig
+from verl.config.distillation import DistillationConfig
 from verl.config.distributed import DistributedConfig
 from verl.config.auto import Platform, resolve_auto
 from verl.config.checks import check, check_platform
@@ -39,6 +40,7 @@ class Config(Section):
     checkpoint: CheckpointConfig = key(factory=CheckpointConfig)
     distributed: DistributedConfig = key(factory=DistributedConfig)
     async_training: AsyncTrainingConfig = key(factory=AsyncTrainingConfig)
+    distillation: DistillationConfig = key(factory=DistillationConfig)
     seed: int = 42
     device: str = key("auto", resume_safe=True)  # auto | cpu | cuda | cuda:N
 

@@ -72,7 +72,7 @@ class Trainer:
         # The roles, in this process or as Ray worker groups: the same methods either way.
         self.backend = build_backend(cfg)
         roles = self.backend.build_roles(cfg, self.tokenizer, self.device, self.reward)
-        self.actor, self.reference, self.critic = roles.actor, roles.reference, roles.critic
+        self.actor, self.reference, self.critic, self.teacher = roles.actor, roles.reference, roles.critic, roles.teacher
         self.reward = roles.reward
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         # The asynchronous producer's generation and syncs, and this thread's validation, one at a time.
@@ -84,7 +84,7 @@ class Trainer:
         self.rollout_stage = RolloutStage(
             stage_engine, self.reward, self.sampling, self.algorithm, self.train_data, timer=self.timer,
             keeps_reward_parts=ESTIMATORS[cfg.algorithm.adv_estimator].reads_reward_parts)
-        workers = [w for w in (self.actor, self.reference, self.critic) if w is not None]
+        workers = [w for w in (self.actor, self.reference, self.critic, self.teacher) if w is not None]
         self.experience = build_experience_source(  # now, or a producer thread ahead (async_training)
             cfg, self.rollout_stage, engine_lock, model=self.actor.model, counters=self.counters,
             sleep=SleepPolicy.for_run(cfg, workers, stage_engine), device=self.device, tokenizer=self.tokenizer)
@@ -111,6 +111,7 @@ class Trainer:
         batch = experience.batch
         self.compute_old_log_probs(batch)                                 # 3. log pi_old, log pi_ref, V
         self.compute_ref_log_probs(batch)
+        self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
         self.compute_advantages(batch)                                    # 4.
         self.update_critic(batch)                                         # 5.
@@ -150,6 +151,11 @@ class Trainer:
     def compute_ref_log_probs(self, batch: Batch) -> None:
         if self.reference is not None:
             batch.ref_log_probs = self.reference.compute_log_probs(batch)
+
+    @stage("teacher_log_prob")
+    def compute_teacher_log_probs(self, batch: Batch) -> None:
+        if self.teacher is not None:
+            batch.teacher_log_probs = self.teacher.compute_log_probs(batch)
 
     @stage("values")
     def compute_values(self, batch: Batch) -> None:

@@ -27,6 +27,7 @@ import torch
 
 from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.aggregation import aggregate_loss
+from verl.algorithms.distillation import distillation_token_losses
 from verl.algorithms.kl import kl_penalty
 from verl.algorithms.off_policy import importance_weights
 from verl.algorithms.policy_losses import compute_policy_loss
@@ -50,13 +51,15 @@ class Actor(TrainingState):
 
     def __init__(self, model_cfg, training_cfg, algorithm_cfg, device: torch.device, micro: MicroBatching, *,
                  seed: int, max_response_len: int, temperature: float = 1.0, tis_cap: float = 0.0,
-                 is_mode: str = "truncate",
+                 is_mode: str = "truncate", distillation=None,
                  model: torch.nn.Module | None = None, adapt_to_memory: bool = True):
         """model_cfg, training_cfg, algorithm_cfg: the config's model, training and algorithm
         sections; max_response_len, temperature, tis_cap: rollout.max_new_tokens, the sampling
         temperature, rollout.tis_cap; seed: the mini-batch shuffler's. adapt_to_memory: a token
-        budget from the free GPU memory and the out-of-memory retry (off on FSDP ranks)."""
+        budget from the free GPU memory and the out-of-memory retry (off on FSDP ranks). distillation: the
+        config's distillation section (its loss joins the update's when enabled)."""
         self.training, self.algorithm = training_cfg, algorithm_cfg
+        self.distillation = distillation if distillation is not None and distillation.enable else None
         self.device = device
         self.micro = micro
         self.compute_dtype = torch_dtype(model_cfg.dtype)
@@ -108,7 +111,7 @@ class Actor(TrainingState):
         return dict(model_cfg=config.model, training_cfg=config.training, algorithm_cfg=config.algorithm,
                     micro=MicroBatching.from_training(config.training), seed=config.seed,
                     max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0, tis_cap=r.tis_cap,
-                    is_mode=r.is_mode)
+                    is_mode=r.is_mode, distillation=config.distillation)
 
     @classmethod
     def from_config(cls, config, device: torch.device, model: torch.nn.Module | None = None, **kwargs) -> "Actor":
@@ -290,8 +293,31 @@ class Actor(TrainingState):
             kl_term = aggregate_loss(kl, mask, a.loss_agg_mode, **counts)
             loss = loss + a.kl_loss_coef * kl_term
             sums["actor/kl_loss"] = kl_term.detach()
+        if self.distillation is not None:
+            loss = self._with_distillation(loss, mb, logp, counts, sums)
         pg_metrics.update({f"is_{k}": v for k, v in is_stats.items()})
         return loss, sums, {f"actor/{k}": v for k, v in pg_metrics.items()}
+
+
+    def _with_distillation(self, task_loss, mb: Batch, logp, counts: dict, sums: dict) -> torch.Tensor:
+        """L_task + coef x L_distill, or L_distill alone without the task reward (verl/algorithms/distillation.py)."""
+        d, a = self.distillation, self.algorithm
+        mask = mb.response_mask
+        per_token = distillation_token_losses(logp, mb.teacher_log_probs, d.loss_mode, d.loss_max_clamp)
+        if d.use_policy_gradient:  # the loss as a reward: advantage -d_t through the clipped policy gradient
+            term, _ = compute_policy_loss("ppo", logp, mb.old_log_probs, -per_token.detach(), mask,
+                                          clip_ratio_low=d.clip_ratio_low, clip_ratio_high=d.clip_ratio_high,
+                                          loss_agg_mode=a.loss_agg_mode, params=a.loss_params, **counts)
+        else:
+            term = aggregate_loss(per_token, mask, a.loss_agg_mode, **counts)
+        # the estimate of KL(student || teacher) itself, whatever the loss mode (k3: non-negative)
+        sums["distillation/loss"] = term.detach()
+        sums["distillation/kl_k3"] = aggregate_loss(
+            distillation_token_losses(logp.detach(), mb.teacher_log_probs, "k3"), mask, a.loss_agg_mode,
+            **counts).detach()
+        if not d.use_task_rewards:  # the task's policy gradient (actor/pg_loss, logged) is left out
+            return term
+        return task_loss + d.loss_coef * term
 
 
 def fill_pi_old(role, batch: Batch, adv_estimator: str) -> None:

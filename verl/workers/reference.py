@@ -33,28 +33,33 @@ def frozen_copy(model: torch.nn.Module, device: torch.device, dtype: torch.dtype
 
 
 class Reference:
+    ROLE = "reference"  # the name its micro-batching and memory budget report under
+
     def __init__(self, model_cfg, training_cfg, device: torch.device, actor_model: torch.nn.Module,
-                 micro: MicroBatching, *, temperature: float = 1.0, adapt_to_memory: bool = True):
+                 micro: MicroBatching, *, temperature: float = 1.0, adapt_to_memory: bool = True,
+                 frozen: bool = False, offload: bool | None = None, compute_dtype: torch.dtype | None = None):
         """model_cfg, training_cfg: the config's model and training sections; actor_model: the
         actor's module at step 0 (copied, or shared with its LoRA adapters off); temperature:
-        the sampling temperature. adapt_to_memory as for `Actor`."""
+        the sampling temperature. adapt_to_memory as for `Actor`. frozen: `actor_model` is already a
+        frozen module of its own (a teacher, verl/workers/teacher.py), used as it is, kept in host memory
+        between uses when `offload` (default training.offload_idle_models) and run in `compute_dtype`."""
         self.training = training_cfg
         self.device = device
         self.micro = micro
-        self.compute_dtype = torch_dtype(model_cfg.dtype)
-        self.shares_actor = is_peft_model(actor_model)
-        offload = training_cfg.offload_idle_models and not self.shares_actor
-        if self.shares_actor:
+        self.compute_dtype = compute_dtype or torch_dtype(model_cfg.dtype)
+        self.shares_actor = not frozen and is_peft_model(actor_model)
+        offload = (training_cfg.offload_idle_models if offload is None else offload) and not self.shares_actor
+        if self.shares_actor or frozen:
             self.model = actor_model
         else:  # straight to host memory when it idles there (no transient second copy on the GPU)
             self.model = frozen_copy(actor_model, torch.device("cpu") if offload else device, self.compute_dtype)
         self.temperature = temperature
         self.fused = model_cfg.torch_compile
-        self.packing_mode, self.micro = micro.with_packing(causal_lm_trunk(self.model), "reference")
+        self.packing_mode, self.micro = micro.with_packing(causal_lm_trunk(self.model), self.ROLE)
         self.offload = IdleOffload(self.model, device, offload)
         self.compiled = CompiledLayers(self.model, model_cfg.torch_compile)
         self.budget = TokenBudget.maybe(
-            "reference", device, micro, adapt_to_memory, base_model(self.model).config,
+            self.ROLE, device, micro, adapt_to_memory, base_model(self.model).config,
             lambda: pending_bytes(self.model, [], None, self.compute_dtype, training=False),
             training=False, lm_head=True, compute_dtype=self.compute_dtype, checkpointing=False, chunk_size=training_cfg.logprob_chunk_size)
 
