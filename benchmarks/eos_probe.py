@@ -56,7 +56,8 @@ def eos_log_probs(model_path: str, device: str, max_new_tokens: int, prompts: li
             # logits at positions P-1 .. P+M-2 predict response tokens 1 .. M: [M, V] -> log q_t [M]
             logits = model(row[None].to(dev)).logits[0, len(prompt) - 1: len(prompt) - 1 + max_new_tokens]
             out.append(torch.log_softmax(logits.float(), dim=-1)[:, eos].tolist())
-    del model
+            del logits
+    del model  # the driver holds no GPU memory while the workers run
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return eos, out

@@ -149,7 +149,8 @@ def test_ratios_stay_within_one_work_mode():
 def _run(step_s, step_min, step_max, trl_s, caption="c"):
     return dict(machine=dict(date="d", gpu="H200"), rows=[
         dict(system="verl-vllm", work=LL, step_s=step_s, step_min_s=step_min, step_max_s=step_max, steps_timed=5,
-             tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption),
+             tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption,
+             floor_work=dict(decode_bytes=4.8e11 * step_s, update_flops=1e12, sync_bytes=1e9, lengths="measured")),
         dict(system="trl-vllm", work=LL, step_s=trl_s, steps_timed=5, tokens_per_step=1000, caption="t"),
         dict(system="real-verl", error="timeout after 420s")])
 
@@ -161,6 +162,8 @@ def test_merge_two_runs(tmp_path):
     assert (verl["step_min_s"], verl["step_max_s"], verl["steps_timed"], verl["runs"]) == (0.9, 2.5, 10, 2)
     assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75 and verl["engine_logprob_steps"] == 10
     assert verl["x_trl_vllm"] == round(667 / 286, 2)  # TRL: 1000 / 3.5 s
+    # the floor quantities: medians over the runs (decode bytes 4.8e11 and 9.6e11 -> 7.2e11)
+    assert verl["floor_work"] == dict(decode_bytes=7.2e11, update_flops=1e12, sync_bytes=1e9, lengths="measured")
     assert [r["system"] for r in rows] == ["verl-vllm", "trl-vllm"]  # a failed row has nothing to merge
     with pytest.raises(ValueError, match="captions differ"):
         e2e_report.merge_rows([_run(1.0, 0.9, 1.2, 3.0), _run(2.0, 1.8, 2.5, 4.0, caption="other")])
@@ -171,6 +174,9 @@ def test_merge_two_runs(tmp_path):
     e2e_report.merge_main(["merge", *paths, "--out", str(tmp_path / "m")])
     merged = json.load(open(tmp_path / "m" / "e2e_grpo_merged.json"))
     assert merged["rows"][0]["step_s"] == 1.5 and merged["sources"] == paths
+    # on the H200 (4.8 TB/s): a generation floor of 7.2e11 / 4.8e12 = 0.15 s against the merged rollout_s of 0.75
+    assert merged["rows"][0]["gen_floor_pct"] == 20.0
+    assert "generation 0.150 s (0.72 TB)" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
     assert "verl-vllm (like-for-like): c" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
 
 
@@ -282,8 +288,10 @@ def test_grpo_config_takes_the_kwargs():
     and like-for-like lands on TRL's no-old-log-prob-pass branch (grpo_trainer.py: the pass runs when
     gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0 or the IS correction is on)."""
     import trl  # installed by scripts/install_cpu.sh --test (pyproject test extra)
-    for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"])):
+    for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"]),
+                        (LL, ["--trl-micro-batch", "16", "--lengths", "realistic", "--eos-bias", "6.5", "--eos-id", "0"])):
         c = trl.GRPOConfig(**e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", work, *extra), "cpu", "/tmp/o"))
+        assert c.generation_kwargs.get("logit_bias") == ({0: 6.5} if "--lengths" in extra else None)
         assert c.generation_batch_size == 256  # one generation of all completions per optimizer step
         old_pass = (c.gradient_accumulation_steps % (c.steps_per_generation * c.num_iterations) != 0
                     or c.vllm_importance_sampling_correction)
