@@ -78,7 +78,7 @@ work around it (requests, results, the Batch); the rest of rollout_s is scoring 
         --group 8 --max-new-tokens 512 --work defaults like-for-like --trl-micro-batch 32 --trl-gen-probe 3
                                                                             # (b), both rows per peer (#40)
     python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
-        --group 8 --max-new-tokens 512 --work like-for-like --lengths realistic --prompt-words 64
+        --group 8 --max-new-tokens 512 --work like-for-like --lengths realistic --prompt-words 48
                                                                             # (b), realistic lengths
     python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/   # two machine starts
 

@@ -43,6 +43,18 @@ def trl_config_kwargs(args, device_type: str, output_dir: str) -> dict:
         model_init_kwargs=model_init_kwargs, **work_kwargs, **extra)
 
 
+def recording_lengths(generate, into: list):
+    """TRL's vllm_generation.generate (-> prompt_ids, completion_ids, logprobs, logprob_token_ids: lists of token
+    id lists, one per completion) wrapped to leave [prompt tokens, completion tokens] of each completion of
+    its last call in `into`, as verl's rows record them from their Batch."""
+    def recorded(*a, **kw):
+        out = generate(*a, **kw)
+        into[:] = [[len(p), len(c)] for p, c in zip(out[0], out[1], strict=True)]
+        return out
+
+    return recorded
+
+
 def worker_trl(args, prompts: list[str]) -> dict:
     import torch  # noqa: F401  (before TRL, as transformers expects)
     from datasets import Dataset
@@ -67,14 +79,6 @@ def worker_trl(args, prompts: list[str]) -> dict:
             return out
 
         return timed_fn
-
-    def record_lengths(fn):  # TRL's vllm_generation.generate -> (prompt_ids, completion_ids, logprobs, ...)
-        def recorded(*a, **kw):
-            out = fn(*a, **kw)
-            gen_lengths[:] = [[len(p), len(c)] for p, c in zip(out[0], out[1])]
-            return out
-
-        return recorded
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
@@ -109,7 +113,7 @@ def worker_trl(args, prompts: list[str]) -> dict:
     recorder = None
     if args.system == "trl-vllm":
         gen = trainer.vllm_generation
-        gen.generate = time_call(record_lengths(gen.generate), gen_s, gen_calls)
+        gen.generate = time_call(recording_lengths(gen.generate, gen_lengths), gen_s, gen_calls)
         gen.sync_weights = time_call(gen.sync_weights, sync_s)
         if getattr(args, "trl_gen_probe", 0):
             import trl_generation_probe as probe

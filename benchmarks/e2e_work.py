@@ -145,8 +145,8 @@ def caption(system: str, work: str, trl_micro_batch: int | None = None, n: int |
     _check(work, lengths)
     text = _work_caption(system, work, trl_micro_batch, n, lora)
     if lengths == "realistic":
-        text += (f"; realistic lengths: stops at EOS sampled under logit bias {eos_bias:.3g} (median ~ a quarter of "
-                 f"the maximum), prompts of a quarter to all of --prompt-words words")
+        text += (f"; realistic lengths: stops at EOS sampled under logit bias {eos_bias:.3g}, prompts of a quarter to "
+                 f"all of --prompt-words words")
     return text
 
 

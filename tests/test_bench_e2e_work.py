@@ -350,3 +350,11 @@ def test_trl_colocate_sampling_params_take_the_bias():
     fields.update(trl["generation_kwargs"])
     params = vllm.SamplingParams(**fields)
     assert params.logit_bias == {0: 6.5} and params.ignore_eos is False and params.detokenize is False
+
+
+def test_trl_generation_lengths_are_recorded_per_completion():
+    # TRL's generate returns (prompt_ids, completion_ids, logprobs, logprob_token_ids), one entry a completion
+    into = [[9, 9]]
+    wrapped = e2e_trl.recording_lengths(lambda *a, **kw: ([[1, 2, 3], [1, 2]], [[7] * 5, [7, 0]], None, None), into)
+    out = wrapped("prompts", num_generations=2)
+    assert into == [[3, 5], [2, 2]] and out[1] == [[7] * 5, [7, 0]]  # replaced, not appended; the result passes
