@@ -136,13 +136,15 @@ def floor_notes(rows: list[dict], gpu_name) -> str:
              f"HBM bandwidth, summed over the steps; update = its FLOPs (forward + backward; LoRA: forward + "
              f"activation gradients + the adapters) / peak, so update_mfu_pct is its MFU; weight sync = a "
              f"device-to-device copy of the changed bf16 weights (read + write) / HBM bandwidth. Each row's floors "
-             f"come from its own lengths; the *_pct columns are floor / measured stage seconds.", ""]
+             f"come from its own lengths; the *_pct columns are floor / measured stage seconds (TRL's update_s is "
+             f"the rest of its step besides generation and sync: rewards and its bookkeeping included).", ""]
     for r in rows:
         w = r.get("floor_work")
         if not w or r.get("gen_floor_s") is None:
             continue
         lines.append(f"- {r['system']} ({r.get('work', 'defaults')}, {w['lengths']} lengths): generation "
-                     f"{r['gen_floor_s']:.3f} s ({w['decode_bytes'] / 1e12:.2f} TB), update {r['update_floor_s']:.3f} s "
+                     f"{r['gen_floor_s']:.3f} s ({w['decode_bytes'] / 1e12:.2f} TB), "
+                     f"update {r['update_floor_s']:.3f} s "
                      f"({w['update_flops'] / 1e12:.1f} TFLOP), sync {r['sync_floor_s']:.4f} s "
                      f"({w['sync_bytes'] / 1e9:.2f} GB)"
                      + (f"; responses: median {r['resp_len_median']}, max {r['resp_len_max']}, "
