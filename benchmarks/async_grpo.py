@@ -14,7 +14,7 @@ per segment) next to the synchronous loop; and, with
 Response lengths: `--lengths sampled` (the default): a stop string (one sentence) under a large
 max_new_tokens, so they vary widely, but each system draws its own (on 2026-12-01 the synchronous run's
 longest was 389 tokens, the asynchronous runs' 1024: not the same work). `--lengths tail:M` (vLLM): each
-prompt's length is drawn from its token ids (`drawn_length`: median M, 1 prompt in 16 at 8 M), with
+prompt's length is drawn from its token ids (`lengths.drawn_length`: median M, 1 prompt in 16 at 8 M), with
 ignore_eos, so every system generates exactly the same tokens' worth; the table gives the median and
 maximum per system either way. Systems -stream run async_training.streaming (the next batches' requests
 in the engine while the current one's tail decodes; columns prefetched = share of timed batches submitted
@@ -47,6 +47,7 @@ import threading
 import time
 
 import common
+from lengths import drawn_length  # --lengths tail:M (benchmarks/lengths.py, the benchmarks' lengths in one place)
 
 # -partial: async_training.partial_rollout; -stream: async_training.streaming (vLLM)
 SYSTEMS = ("sync", "async-k1", "async-k2", "async-k1-partial", "async-k1-stream", "async-k2-stream")
@@ -75,21 +76,6 @@ def _async_overrides(args, system: str, engine: str) -> dict:
 def tail_median(args):
     """--lengths tail:M -> M (None for --lengths sampled)."""
     return int(args.lengths.split(":", 1)[1]) if args.lengths.startswith("tail:") else None
-
-
-def drawn_length(prompt_ids, median: int) -> int:
-    """The response length of every sample of one prompt under --lengths tail:MEDIAN: 1 prompt in 16
-    gets 8 x MEDIAN tokens, the others uniform in [MEDIAN / 2, 3 MEDIAN / 2] (so the median is MEDIAN and
-    the longest 8x it, and a batch of 32 prompts has a long one with probability 1 - (15/16)^32 = 0.87).
-    Drawn from the prompt's own token ids (crc32, not Python's salted hash): every system, in every
-    process, gives a prompt the same length."""
-    import random
-    import zlib
-
-    rng = random.Random(zlib.crc32(b",".join(str(t).encode() for t in prompt_ids)))
-    if rng.random() < 1 / 16:
-        return 8 * median
-    return rng.randint(median // 2, (3 * median) // 2)
 
 
 def impose_lengths(trainer, median: int) -> None:

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
+from floor import flop_terms  # noqa: F401  (the one count of a model's matmul weights)
 from gc_probe import GcTally
 from synthetic_tokenizer import synthetic_tokenizer
 
@@ -126,18 +127,6 @@ def param_count(model_or_arch) -> int:
 # ---------------------------------------------------------------------------
 # FLOPs
 # ---------------------------------------------------------------------------
-
-
-def flop_terms(cfg) -> dict:
-    """Per-token matmul parameter counts of a decoder-only transformer config."""
-    h = cfg.hidden_size
-    hq = cfg.num_attention_heads
-    hk = getattr(cfg, "num_key_value_heads", None) or hq
-    d = getattr(cfg, "head_dim", None) or h // hq
-    inter = cfg.intermediate_size
-    layer = h * hq * d + 2 * h * hk * d + hq * d * h + 3 * h * inter  # q, k, v, o, gate/up/down
-    return dict(trunk=cfg.num_hidden_layers * layer, head=h * cfg.vocab_size,
-                attn_width=cfg.num_hidden_layers * hq * d)
 
 
 def train_flops(cfg, seq_lens, resp_lens, backward: bool = True) -> float:

@@ -77,13 +77,22 @@ work around it (requests, results, the Batch); the rest of rollout_s is scoring 
     python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
         --group 8 --max-new-tokens 512 --work defaults like-for-like --trl-micro-batch 32 --trl-gen-probe 3
                                                                             # (b), both rows per peer (#40)
+    python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
+        --group 8 --max-new-tokens 512 --work like-for-like --lengths realistic --prompt-words 48
+                                                                            # (b), realistic lengths
     python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/   # two machine starts
 
 Work modes (--work, benchmarks/e2e_work.py): `defaults` runs each system at its own defaults; `like-for-like` sets
 the same work on every side (engine log-probs every step, no IS correction, pi_old from the update's forward, no
 gradient checkpointing, TRL micro-batches of --trl-micro-batch, real verl with bypass mode, FSDP2, fused kernels).
 Every row carries a `caption` saying what its system computed, ratios compare rows of one work mode, and each row
-gives the median of --steps timed steps (default 5) with their min, max and IQR. Modules: e2e_trl.py (the TRL
+gives the median of --steps timed steps (default 5) with their min, max and IQR. Lengths (--lengths, a run's own
+axis beside the work mode, benchmarks/e2e_work.py): `fixed` runs every completion to --max-new-tokens; `realistic`
+stops them at EOS under one logit bias on both sides, calibrated for a median of a quarter of the maximum
+(benchmarks/eos_probe.py; vLLM systems only), with prompts of a quarter to all of --prompt-words words. Floors
+(benchmarks/floor.py): every row gives the share of its stages' floors on the card it reaches (gen_floor_pct,
+update_mfu_pct = the update's MFU, sync_floor_pct). TRL's like-for-like micro-batch is sized to the card on a GPU
+(benchmarks/trl_memory.py) unless --trl-micro-batch sets it. Modules: e2e_trl.py (the TRL
 worker), e2e_real_verl.py (real verl), e2e_report.py (rows, ratios, table, merge), trl_generation_probe.py (#40
 item 6: TRL's engine call replayed in its own process). TRL is imported only by its worker, never by verl.
 """
@@ -103,6 +112,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import e2e_report  # noqa: E402
 import e2e_work  # noqa: E402
+import lengths  # noqa: E402
 from e2e_real_verl import real_verl_notes, worker_real_verl  # noqa: E402
 from e2e_report import summarize  # noqa: E402,F401  (the row builder; tests read it from here)
 from e2e_trl import worker_trl  # noqa: E402  (imports TRL only when called)
@@ -120,13 +130,21 @@ _WORDS = ("reinforcement learning policy reward model answer question explain nu
           "mountain quick brown fox jumps over lazy dog story short poem about the sea").split()
 
 
-def make_prompts(n: int, words: int) -> list[str]:
-    """n distinct plain-text prompts of `words` words each (deterministic)."""
+def make_prompts(n: int, words: int, varied: bool = False) -> list[str]:
+    """n distinct plain-text prompts of `words` words each, or with `varied` (--lengths realistic) of
+    lengths.prompt_word_count(i, words) words, a quarter to all of them (deterministic either way)."""
     out = []
     for i in range(n):
-        ws = [_WORDS[(i * 7 + j * 3 + (i * j) % 5) % len(_WORDS)] for j in range(words)]
+        k = lengths.prompt_word_count(i, words) if varied else words
+        ws = [_WORDS[(i * 7 + j * 3 + (i * j) % 5) % len(_WORDS)] for j in range(k)]
         out.append(f"Prompt {i}: " + " ".join(ws) + ".")
     return out
+
+
+def step_prompts(args) -> list[str]:
+    """Every prompt of a run (its steps and one spare batch), the same list in every worker."""
+    return make_prompts(args.prompts * (args.warmup + args.steps + 1), args.prompt_words,
+                        varied=getattr(args, "lengths", "fixed") == "realistic")
 
 
 # ---------------------------------------------------------------------------
@@ -145,8 +163,8 @@ def worker_verl(args) -> dict:
     cfg = config_from_dict(verl_config(args, device, total))
     trainer = create_trainer(cfg)
     rollout = cfg.rollout.name
-    if rollout in ("vllm", "sglang"):
-        trainer.rollout.extra_sampling_kwargs = {"ignore_eos": True}
+    if rollout in ("vllm", "sglang"):  # where completions end, as TRL's (ignore_eos, or realistic lengths' bias)
+        trainer.rollout.extra_sampling_kwargs = e2e_work.stop_kwargs(args.eos_bias, args.eos_id)
     else:  # the module that generates (the actor's, or the copy, which shares its generation config)
         trainer.rollout.model.generation_config.min_new_tokens = args.max_new_tokens  # fixed lengths, as ignore_eos
     steps = []
@@ -161,10 +179,19 @@ def worker_verl(args) -> dict:
                                   isinstance(v, (int, float))},
                           # per stage (verl/trainer/stage_memory.py): the trainer resets torch's peak counter
                           memory={k.split("/", 1)[1]: round(v, 2) for k, v in m.items() if k.startswith("memory_gb/")},
-                          peak_gib=round(m["memory_gb/step"], 2) if "memory_gb/step" in m else common.peak_gib(device)))
+                          peak_gib=round(m["memory_gb/step"], 2) if "memory_gb/step" in m else common.peak_gib(device),
+                          lengths=batch_lengths(trainer._last_batch)))
     del trainer
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return dict(steps=steps)
+
+
+def batch_lengths(batch) -> list[list[int]]:
+    """[prompt tokens, response tokens] of each sequence of a step's Batch (left-padded prompts, right-padded
+    responses: the attention mask's ones on each side of prompt_length)."""
+    p = batch.attention_mask[:, :batch.prompt_length].sum(dim=1).tolist()
+    r = batch.attention_mask[:, batch.prompt_length:].sum(dim=1).tolist()
+    return [[int(a), int(b)] for a, b in zip(p, r)]
 
 
 def verl_config(args, device, total: int) -> dict:
@@ -190,7 +217,8 @@ def verl_config(args, device, total: int) -> dict:
         if on:
             section[key] = value
     sections = {"model": model, "training": training, "rollout": rollout_cfg}
-    for key, value in e2e_work.verl_settings(getattr(args, "work", "defaults")).items():  # the work mode's keys
+    for key, value in e2e_work.verl_settings(getattr(args, "work", "defaults"),
+                                             getattr(args, "lengths", "fixed")).items():  # the work's keys
         section_name, _, leaf = key.partition(".")
         sections[section_name][leaf] = value
     for item in args.verl_set or []:  # --verl-set rollout.enable_sleep_mode=false ... (after the work's: they win)
@@ -204,7 +232,7 @@ def verl_config(args, device, total: int) -> dict:
         "rollout": rollout_cfg,
         "training": training,
         "reward_fn": {"type": "python", "function": f"{REWARD_FILE}:reward"},
-        "data": {"prompts": make_prompts(args.prompts * (total + 1), args.prompt_words), "apply_chat_template": False,
+        "data": {"prompts": step_prompts(args), "apply_chat_template": False,
                  "max_prompt_length": 1024, "shuffle": False, "baseline_prompt": None},
         "logging": {"backends": [], "progress_bar": False},
         "checkpoint": {"save_dir": tempfile.mkdtemp(prefix="verl-bench-")},
@@ -223,7 +251,8 @@ def worker_command(args, system: str, work: str) -> list[str]:
            args.model_path, "--device", args.device, "--arch", args.arch, "--prompts", str(args.prompts), "--group",
            str(args.group), "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--warmup",
            str(args.warmup), "--prompt-words", str(args.prompt_words),
-           "--dtype", args.dtype, "--lora-rank", str(args.lora_rank)]
+           "--dtype", args.dtype, "--lora-rank", str(args.lora_rank), "--lengths", args.lengths]
+    cmd += ["--eos-bias", repr(args.eos_bias), "--eos-id", str(args.eos_id)] if args.eos_bias is not None else []
     cmd += ["--micro-batch", str(args.micro_batch)] if args.micro_batch else []
     cmd += [flag for flag, on in (("--packed", args.packed), ("--keep-logits", args.keep_logits),
                                   ("--compile", args.compile), ("--vllm-compile", args.vllm_compile),
@@ -248,6 +277,11 @@ def run_all(args) -> list[dict]:
     info = common.machine_info(device)
     cache = args.cache or os.path.join(tempfile.gettempdir(), "verl-bench-models")
     args.model_path = common.save_random_model(args.arch, os.path.join(cache, args.arch))
+    if args.lengths == "realistic":
+        calibrate_stops(args, device)
+    if device.type == "cuda" and args.trl_micro_batch is None and "like-for-like" in args.work \
+            and any(s.startswith("trl") for s in args.systems):
+        size_trl_micro_batch(args, device)
     rows = []
     for work in args.work:
         for system in args.systems:
@@ -256,6 +290,58 @@ def run_all(args) -> list[dict]:
             _report(args, info, rows, quiet=True)
     _report(args, info, rows)
     return rows
+
+
+def calibrate_stops(args, device) -> None:
+    """--lengths realistic: the EOS logit bias both sides get (benchmarks/eos_probe.py), unless --eos-bias
+    gave one; kept in args (the result JSON) with the probe's prediction."""
+    if args.eos_bias is None:
+        import eos_probe
+
+        args.eos_calibration = eos_probe.calibrate(args.model_path, str(device), args.max_new_tokens,
+                                                   prompt_token_ids(args))
+        args.eos_bias, args.eos_id = args.eos_calibration["eos_bias"], args.eos_calibration["eos_id"]
+    elif args.eos_id is None:
+        from transformers import AutoConfig
+
+        eos = AutoConfig.from_pretrained(args.model_path).eos_token_id
+        args.eos_id = eos if isinstance(eos, int) else eos[0]
+    print(f"realistic lengths: EOS {args.eos_id} logit bias {args.eos_bias}"
+          + (f", predicted {args.eos_calibration['predicted']}" if getattr(args, "eos_calibration", None) else ""),
+          flush=True)
+
+
+def prompt_token_ids(args) -> list[list[int]]:
+    """The run's prompts as the model's tokenizer encodes them (as both sides' engines get them: no chat
+    template, no special tokens added by the synthetic tokenizer)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.model_path)
+    return [tok(p)["input_ids"] for p in step_prompts(args)]
+
+
+def size_trl_micro_batch(args, device) -> None:
+    """TRL's like-for-like micro-batch from the card's memory (benchmarks/trl_memory.py), unless
+    --trl-micro-batch gave one; the estimate is kept in args.trl_micro_batch_sizing."""
+    import dataclasses
+
+    import torch
+
+    import floor
+    import trl_memory
+
+    cfg = common.hf_config(args.arch)
+    longest_prompt = max(len(ids) for ids in prompt_token_ids(args))
+    lora_params = args.lora_rank * floor.lora_width(cfg)
+    base = e2e_work.trl_weight_dtype("like-for-like", "trl-vllm", bool(args.lora_rank))
+    sizing = trl_memory.micro_batch(
+        torch.cuda.get_device_properties(device).total_memory, args.prompts * args.group,
+        longest_prompt + args.max_new_tokens, args.max_new_tokens,
+        trl_memory.activation_bytes_per_token(cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size),
+        cfg.vocab_size, trl_memory.states_bytes(common.param_count(args.arch), lora_params, base))
+    args.trl_micro_batch = sizing.micro_batch
+    args.trl_micro_batch_sizing = dict(dataclasses.asdict(sizing), longest_prompt=longest_prompt)
+    print(f"TRL micro-batch sized to the card: {sizing}", flush=True)
 
 
 def run_worker(args, system: str, work: str) -> dict:
@@ -271,7 +357,8 @@ def run_worker(args, system: str, work: str) -> dict:
         # Same thread count for every system; vLLM must not pin its own threads to all cores.
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                    VLLM_CPU_OMP_THREADS_BIND="nobind")
-    caption = e2e_work.caption(system, work, args.trl_micro_batch, args.prompts * args.group, bool(args.lora_rank))
+    caption = e2e_work.caption(system, work, args.trl_micro_batch, args.prompts * args.group, bool(args.lora_rank),
+                               args.lengths, args.eos_bias)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
@@ -307,10 +394,11 @@ def verl_options(args) -> str:
 
 def _report(args, info, rows, quiet=False):
     e2e_report.add_ratios(rows)  # within each work mode
+    e2e_report.add_floors(rows, info.get("gpu"))  # each stage's share of its floor on this card
     cols = e2e_report.table_columns(rows)
     notes = (f"GRPO, {args.arch} architecture (random weights, {common.param_count(args.arch) / 1e6:.0f}M parameters), "
              f"{args.prompts} prompts x {args.group} samples = {args.prompts * args.group} completions of "
-             f"{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
+             f"{'at most ' if args.lengths == 'realistic' else ''}{args.max_new_tokens} tokens per step, one optimizer step per step, no KL, {args.dtype} compute "
              f"over fp32 master weights (TRL: autocast; verl: model.mixed_precision, whose GPU default runs the "
              f"forward and backward of full fine-tuning on a {args.dtype} copy of them and autocast otherwise; "
              f"verl-hf-copy/-static generate with a {args.dtype} copy, "
@@ -326,11 +414,38 @@ def _report(args, info, rows, quiet=False):
              f"processes in those stages (memory_gb/device/*, NVML)"
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
-             + (f"; {real_verl_notes(args)}" if "real-verl" in args.systems else "") + ".\n\n"
-             + e2e_report.caption_notes(rows) + "\n\n" + e2e_report.stage_profile(rows, floor_s=e2e_report.run_floor_s(
-                 vars(args), info.get("peak_bf16_tflops"), next((r for r in rows if r["system"] == "verl-vllm"), None))))
+             + (f"; {real_verl_notes(args)}" if "real-verl" in args.systems else "") + ".")
+    parts = [notes, lengths_notes(args), trl_sizing_notes(args), e2e_report.caption_notes(rows),
+             e2e_report.floor_notes(rows, info.get("gpu")), e2e_report.stage_profile(rows)]
+    notes = "\n\n".join(p for p in parts if p)
     common.write_results(args.out, "e2e_grpo", info, rows, cols, extra=dict(args=dict(vars(args))), notes=notes,
                          quiet=quiet)
+
+
+def lengths_notes(args) -> str:
+    """Realistic lengths in words: the bias, its calibration and prediction, the prompts ("" for fixed)."""
+    if args.lengths != "realistic":
+        return ""
+    cal = getattr(args, "eos_calibration", None)
+    how = (f"calibrated by benchmarks/eos_probe.py ({cal['probe']}) for a median of {cal['target_median']:g} tokens: "
+           f"predicted median {cal['predicted']['median']}, mean {cal['predicted']['mean']}, "
+           f"{100 * cal['predicted']['at_max_share']:.1f}% at the maximum (measured: each row's resp_len_median and "
+           f"at_max_share)" if cal else "given by --eos-bias")
+    return (f"Realistic lengths (benchmarks/e2e_work.py): completions end where the engine samples EOS (id "
+            f"{args.eos_id}) under logit bias {args.eos_bias} on both sides, {how}; prompts of "
+            f"{-(-args.prompt_words // 4)}-{args.prompt_words} words.")
+
+
+def trl_sizing_notes(args) -> str:
+    """TRL's micro-batch sized to the card, in words ("" when --trl-micro-batch gave it)."""
+    sizing = getattr(args, "trl_micro_batch_sizing", None)
+    if not sizing:
+        return ""
+    return (f"TRL's like-for-like micro-batch, sized to the card (benchmarks/trl_memory.py): {sizing['micro_batch']} "
+            f"sequences (the longest prompt {sizing['longest_prompt']} tokens; {sizing['per_seq_bytes'] / 1e9:.2f} GB "
+            f"a padded sequence against {sizing['left_bytes'] / 1e9:.1f} GB left beside vLLM's share and "
+            f"{sizing['states_bytes'] / 1e9:.1f} GB of model states); --trl-micro-batch (E2E_TRL_MB_B / E2E_TRL_MB_C "
+            f"in benchmarks/h200_run.sh) overrides it.")
 
 
 def parse(argv=None):
@@ -371,7 +486,15 @@ def parse(argv=None):
                          "like-for-like (the same work on all sides); both: one row per system and mode")
     ap.add_argument("--trl-micro-batch", type=int, default=None,
                     help="TRL like-for-like: sequences per micro-batch (per_device_train_batch_size; gradient "
-                         "accumulation over the rest; default one micro-batch of all completions)")
+                         "accumulation over the rest; default: on a GPU sized to the card, benchmarks/"
+                         "trl_memory.py; on the CPU one micro-batch of all completions)")
+    ap.add_argument("--lengths", default="fixed", choices=e2e_work.LENGTHS,
+                    help="fixed: every completion to --max-new-tokens; realistic: long-tailed (an EOS logit bias "
+                         "calibrated for a median of a quarter of the maximum, the same on both sides) with "
+                         "prompts of a quarter to all of --prompt-words words (benchmarks/e2e_work.py)")
+    ap.add_argument("--eos-bias", type=float, default=None,
+                    help="realistic lengths: this EOS logit bias instead of the calibrated one")
+    ap.add_argument("--eos-id", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--trl-gen-probe", type=int, default=0, metavar="REPEATS",
                     help="trl-vllm: after its steps, replay its engine call REPEATS times in the same process "
                          "(benchmarks/trl_generation_probe.py)")
@@ -399,6 +522,10 @@ def parse(argv=None):
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.lengths == "realistic" and set([args.worker] if args.worker else args.systems) - set(
+            e2e_work.REALISTIC_SYSTEMS):
+        ap.error(f"--lengths realistic: the EOS bias goes through vLLM's sampling parameters; systems "
+                 f"{' '.join(e2e_work.REALISTIC_SYSTEMS)} only")
     return args
 
 
@@ -411,10 +538,9 @@ if __name__ == "__main__":
     if a.worker:
         a.system = a.worker
         if a.worker == "real-verl":
-            res = worker_real_verl(a, make_prompts(a.prompts * (a.warmup + a.steps + 1), a.prompt_words))
+            res = worker_real_verl(a, step_prompts(a))
         else:
-            res = (worker_trl(a, make_prompts(a.prompts * (a.warmup + a.steps + 1), a.prompt_words))
-                   if a.worker.startswith("trl") else worker_verl(a))
+            res = worker_trl(a, step_prompts(a)) if a.worker.startswith("trl") else worker_verl(a)
         print(RESULT_TAG + json.dumps(res), flush=True)
     else:
         run_all(a)

@@ -5,7 +5,11 @@ runs on separate machine starts into one table (issue #40 item 4):
     python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/
 
 A merged row's step_s is the median of the runs' medians, runs_min_s / runs_max_s the spread of those
-medians across runs, step_min_s / step_max_s the spread of every timed step of every run."""
+medians across runs, step_min_s / step_max_s the spread of every timed step of every run.
+
+Floors (benchmarks/floor.py): every row carries its step's floor quantities (decode bytes, update FLOPs, sync
+bytes, from its own recorded lengths), and on a known card the share of each stage's floor it reaches:
+gen_floor_pct (rollout_s), update_mfu_pct (update_s: the update's MFU), sync_floor_pct (sync_s)."""
 
 from __future__ import annotations
 
@@ -18,12 +22,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import floor  # noqa: E402
+import lengths  # noqa: E402
 
-COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "engine_logprob_steps", "runs", "runs_min_s",
-           "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl", "x_best_trl",
-           "completion_len", "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
-           "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib", "device_rollout_gib",
-           "device_update_gib", "error"]
+COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "engine_logprob_steps",
+           "runs", "runs_min_s", "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl",
+           "x_best_trl", "completion_len", "resp_len_median", "at_max_share", "rollout_s", "engine_call_s",
+           "around_engine_s", "old_logprob_s", "update_s", "sync_s", "gen_floor_pct", "update_mfu_pct",
+           "sync_floor_pct", "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib",
+           "device_rollout_gib", "device_update_gib", "error"]
 
 
 def spread(values: list[float]) -> dict:
@@ -69,7 +76,81 @@ def summarize(system: str, result: dict, args) -> dict:
                    device_update_gib=row["memory"].get("device/update_actor"))
     if result.get("gen_probe"):
         row["gen_probe"] = result["gen_probe"]
+    if "arch" in vars(args):
+        row.update(step_floor_work(steps, row, args))
     return row
+
+
+def step_floor_work(steps: list[dict], row: dict, args) -> dict:
+    """The row's floor quantities (floor.step_work: decode bytes, update FLOPs, sync bytes; medians over the
+    timed steps) from each step's own [prompt, response] lengths where the worker recorded them ("measured"),
+    else from the row's mean lengths ("nominal": n sequences of tokens_per_step / n tokens, completion_len of
+    them response); with measured lengths also their median, maximum and share at max_new_tokens."""
+    cfg = common.hf_config(args.arch)
+    rank = getattr(args, "lora_rank", 0) or 0
+    measured = [s["lengths"] for s in steps if s.get("lengths")]
+    out = {}
+    if measured and len(measured) == len(steps):
+        works = [floor.step_work(cfg, [p for p, _ in ls], [r for _, r in ls], rank) for ls in measured]
+        stats = lengths.length_stats([r for ls in measured for _, r in ls], args.max_new_tokens)
+        out.update(resp_len_median=stats["resp_len_median"], at_max_share=stats["at_max_share"],
+                   resp_len_max=stats["resp_len_max"],
+                   prompt_len_mean=round(statistics.mean(p for ls in measured for p, _ in ls), 1))
+        source = "measured"
+    else:
+        n = args.prompts * args.group
+        resp = max(1, round(row.get("completion_len") or args.max_new_tokens))
+        prompt = max(0, round(row["tokens_per_step"] / n) - resp)
+        works = [floor.step_work(cfg, [prompt] * n, [resp] * n, rank)]
+        source = "nominal"
+    out["floor_work"] = dict({k: statistics.median(w[k] for w in works) for k in works[0]}, lengths=source)
+    return out
+
+
+def add_floors(rows: list[dict], gpu_name) -> None:
+    """Each row's floors on the card (floor.floors of its floor_work) and the share of each a stage reaches:
+    gen_floor_pct = 100 floor / rollout_s, update_mfu_pct = 100 floor / update_s (the update's MFU: its FLOPs
+    over update_s at the bf16 peak), sync_floor_pct = 100 floor / sync_s. Nothing without a known card."""
+    card = floor.card(gpu_name)
+    if card is None:
+        return
+    for r in rows:
+        if not r.get("floor_work"):
+            continue
+        f = floor.floors(r["floor_work"], card)
+        r.update(gen_floor_s=round(f["generation"], 4), update_floor_s=round(f["update"], 4),
+                 sync_floor_s=round(f["sync"], 4))
+        for col, key, stage in (("gen_floor_pct", "generation", "rollout_s"), ("update_mfu_pct", "update", "update_s"),
+                                ("sync_floor_pct", "sync", "sync_s")):
+            frac = floor.fraction(f[key], r.get(stage))
+            r[col] = round(100 * frac, 1) if frac is not None else None
+
+
+def floor_notes(rows: list[dict], gpu_name) -> str:
+    """The floors behind the *_pct columns, one line a row (benchmarks/floor.py has the formulas)."""
+    card = floor.card(gpu_name)
+    if card is None:
+        return ""
+    lines = [f"Floors on the {card.name} ({card.hbm_bytes_s / 1e12:g} TB/s HBM, {card.bf16_flops / 1e12:g} TFLOP/s "
+             f"dense bf16; benchmarks/floor.py): generation = bytes every engine step reads (weights + KV cache) / "
+             f"HBM bandwidth, summed over the steps; update = its FLOPs (forward + backward; LoRA: forward + "
+             f"activation gradients + the adapters) / peak, so update_mfu_pct is its MFU; weight sync = a "
+             f"device-to-device copy of the changed bf16 weights (read + write) / HBM bandwidth. Each row's floors "
+             f"come from its own lengths; the *_pct columns are floor / measured stage seconds (TRL's update_s is "
+             f"the rest of its step besides generation and sync: rewards and its bookkeeping included).", ""]
+    for r in rows:
+        w = r.get("floor_work")
+        if not w or r.get("gen_floor_s") is None:
+            continue
+        lines.append(f"- {r['system']} ({r.get('work', 'defaults')}, {w['lengths']} lengths): generation "
+                     f"{r['gen_floor_s']:.3f} s ({w['decode_bytes'] / 1e12:.2f} TB), "
+                     f"update {r['update_floor_s']:.3f} s "
+                     f"({w['update_flops'] / 1e12:.1f} TFLOP), sync {r['sync_floor_s']:.4f} s "
+                     f"({w['sync_bytes'] / 1e9:.2f} GB)"
+                     + (f"; responses: median {r['resp_len_median']}, max {r['resp_len_max']}, "
+                        f"{100 * r['at_max_share']:.1f}% at the maximum, prompts {r['prompt_len_mean']} tokens on "
+                        f"average" if r.get("resp_len_median") is not None else ""))
+    return "\n".join(lines)
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -110,38 +191,20 @@ def profile_stages(row: dict) -> dict:
     return {"generation": gen, "weight sync": sync, "update and the rest": round(row["step_s"] - gen - sync, 3)}
 
 
-def update_floor_s(cfg, n_seqs: int, tokens_per_step: float, resp_len: int, peak_flops: float,
-                   lora: bool = False) -> float:
-    """Seconds the update's useful compute takes at the GPU's peak bf16 rate (100% MFU): common.train_flops's
-    forward over n_seqs sequences of the step's mean length (tokens_per_step / n_seqs, resp_len of them
-    response), times 3 for full fine-tuning (forward, input and weight gradients) or 2 with LoRA (the frozen
-    weights get no gradient; the adapters' own FLOPs are negligible), over peak_flops."""
-    seq = tokens_per_step / n_seqs
-    fwd = common.train_flops(cfg, [seq] * n_seqs, [resp_len] * n_seqs, backward=False)
-    return fwd * (2 if lora else 3) / peak_flops
-
-
-def run_floor_s(args: dict, peak_tflops, row: dict):
-    """update_floor_s for a result's args (e2e_grpo's) and our row; None where the GPU's peak is unknown."""
-    if not peak_tflops or not row or not row.get("tokens_per_step"):
-        return None
-    return update_floor_s(common.hf_config(args["arch"]), args["prompts"] * args["group"], row["tokens_per_step"],
-                          args["max_new_tokens"], peak_tflops * 1e12, lora=bool(args.get("lora_rank")))
-
-
-def stage_profile(rows: list[dict], ours: str = "verl-vllm", floor_s=None) -> str:
+def stage_profile(rows: list[dict], ours: str = "verl-vllm") -> str:
     """Issue #40 item 5: for each work mode, our row's stages (profile_stages) beside each peer's, the stages
     where ours is behind, and the ceiling: the step-time ratio ours would reach if everything but its generation
     took no time, peer step_s / our rollout_s. Both sides drive the same vLLM in these works, so a goal above
     the ceiling cannot be met by faster training code; the line says so instead of leaving a missed ratio
-    unexplained. floor_s (update_floor_s, optional): our update at 100% MFU; then also the best ratio with
-    that update and nothing else besides the generation, and our update's share of the peak rate."""
+    unexplained. Where our row has its update floor (add_floors: the update at 100% MFU), also the best
+    ratio with that update and nothing else besides the generation, and our update's share of the peak rate."""
     lines = []
     for work in sorted({r.get("work", "defaults") for r in rows}):
         same = [r for r in rows if r.get("work", "defaults") == work and r.get("step_s") is not None]
         mine = next((r for r in same if r["system"] == ours), None)
         if mine is None or not mine.get("rollout_s"):
             continue
+        floor_s = mine.get("update_floor_s")
         for peer in (r for r in same if r is not mine and r.get("rollout_s")):
             a, b = profile_stages(mine), profile_stages(peer)
             behind = [k for k in a if a[k] > b[k]]
@@ -183,6 +246,14 @@ def merge_rows(results: list[dict]) -> list[dict]:
             vals = [r[col] for r in rs if r.get(col) is not None]
             if vals:
                 row[col] = round(statistics.median(vals), 3)
+        works = [r["floor_work"] for r in rs if r.get("floor_work")]
+        if works:  # the floor quantities: medians over the runs (their lengths' kind from the first)
+            row["floor_work"] = dict({k: statistics.median(w[k] for w in works) for k in
+                                      ("decode_bytes", "update_flops", "sync_bytes")}, lengths=works[0]["lengths"])
+        for col in ("resp_len_median", "resp_len_max", "at_max_share", "prompt_len_mean"):
+            vals = [r[col] for r in rs if r.get(col) is not None]
+            if vals:
+                row[col] = statistics.median(vals)
         if any("engine_logprob_steps" in r for r in rs):
             row["engine_logprob_steps"] = sum(r.get("engine_logprob_steps", 0) for r in rs)
         captions = {r.get("caption") for r in rs}
@@ -205,13 +276,13 @@ def merge_main(argv=None) -> list[dict]:
     machines = [r.get("machine", {}) for r in results]
     info = dict(machines[0], date=" / ".join(str(m.get("date")) for m in machines),
                 command="python benchmarks/e2e_report.py merge " + " ".join(args.results))
-    ours = next((r for r in rows if r["system"] == "verl-vllm"), None)
-    floor = run_floor_s(results[0]["args"], machines[0].get("peak_bf16_tflops"), ours) if "args" in results[0] else None
+    add_floors(rows, machines[0].get("gpu"))
     notes = (f"Merged from {len(results)} runs ({', '.join(args.results)}): step_s = median of the runs' median "
              f"steps; runs_min_s-runs_max_s = the spread of those medians; step_min_s-step_max_s = of every timed "
              f"step; ratios within one work mode.")
     common.write_results(args.out, "e2e_grpo_merged", info, rows, table_columns(rows),
-                         notes=notes + "\n\n" + caption_notes(rows) + "\n\n" + stage_profile(rows, floor_s=floor),
+                         notes=notes + "\n\n" + caption_notes(rows) + "\n\n" + floor_notes(rows, machines[0].get("gpu"))
+                         + "\n\n" + stage_profile(rows),
                          extra=dict(sources=args.results))
     return rows
 

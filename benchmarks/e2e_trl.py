@@ -26,8 +26,9 @@ def trl_config_kwargs(args, device_type: str, output_dir: str) -> dict:
     model_init_kwargs = {"dtype": dtype, "attn_implementation": "eager" if args.system == "trl-eager" else "sdpa"}
     if args.system == "trl-vllm":
         # TRL's fast path: an in-process vLLM engine (colocate), synced from the model every step.
-        # Completions run to the full length as verl's (vLLM's ignore_eos; min_new_tokens is an HF key).
-        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs=e2e_work.trl_vllm_generation_kwargs(work))
+        # Completions end as verl's (e2e_work.stop_kwargs: ignore_eos, or realistic lengths' EOS logit bias).
+        extra = dict(use_vllm=True, vllm_mode="colocate", generation_kwargs=e2e_work.trl_vllm_generation_kwargs(
+            work, getattr(args, "eos_bias", None), getattr(args, "eos_id", None)))
     else:
         extra = dict(generation_kwargs={"min_new_tokens": args.max_new_tokens},
                      cache_implementation="static" if args.system in ("trl-static", "trl-bf16-static") else None)
@@ -40,6 +41,18 @@ def trl_config_kwargs(args, device_type: str, output_dir: str) -> dict:
         temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, disable_tqdm=True,
         bf16=dtype == "bfloat16" or args.dtype == "bfloat16", use_cpu=device_type == "cpu", dataloader_num_workers=0,
         model_init_kwargs=model_init_kwargs, **work_kwargs, **extra)
+
+
+def recording_lengths(generate, into: list):
+    """TRL's vllm_generation.generate (-> prompt_ids, completion_ids, logprobs, logprob_token_ids: lists of token
+    id lists, one per completion) wrapped to leave [prompt tokens, completion tokens] of each completion of
+    its last call in `into`, as verl's rows record them from their Batch."""
+    def recorded(*a, **kw):
+        out = generate(*a, **kw)
+        into[:] = [[len(p), len(c)] for p, c in zip(out[0], out[1], strict=True)]
+        return out
+
+    return recorded
 
 
 def worker_trl(args, prompts: list[str]) -> dict:
@@ -56,6 +69,7 @@ def worker_trl(args, prompts: list[str]) -> dict:
     tok.padding_side = "left"
     steps: list[dict] = []
     gen_s, sync_s, gen_calls = [0.0], [0.0], []
+    gen_lengths: list[list[int]] = []  # the last generation's [prompt tokens, completion tokens] per sequence
 
     def time_call(fn, acc, calls=None):  # seconds spent inside fn (device synchronised), summed into acc[0]
         def timed_fn(*a, **kw):
@@ -79,6 +93,9 @@ def worker_trl(args, prompts: list[str]) -> dict:
                               stages={"rollout": gen_s[0], "update_weights": sync_s[0],
                                       "rest": wall - gen_s[0] - sync_s[0]},
                               peak_gib=common.peak_gib(device)))
+            if gen_lengths:  # one generation per optimizer step (generation_batch_size = the step's completions)
+                steps[-1]["lengths"] = list(gen_lengths)
+                gen_lengths.clear()
 
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and steps and "completions/mean_length" in logs:
@@ -96,7 +113,7 @@ def worker_trl(args, prompts: list[str]) -> dict:
     recorder = None
     if args.system == "trl-vllm":
         gen = trainer.vllm_generation
-        gen.generate = time_call(gen.generate, gen_s, gen_calls)
+        gen.generate = time_call(recording_lengths(gen.generate, gen_lengths), gen_s, gen_calls)
         gen.sync_weights = time_call(gen.sync_weights, sync_s)
         if getattr(args, "trl_gen_probe", 0):
             import trl_generation_probe as probe
@@ -107,8 +124,9 @@ def worker_trl(args, prompts: list[str]) -> dict:
     trainer.train()
     n = args.prompts * args.group
     prompt_tokens = statistics.mean(len(tok(p)["input_ids"]) for p in prompts[:n])
-    for s in steps:
-        s["tokens"] = n * (prompt_tokens + s.get("completion_len", args.max_new_tokens))
+    for s in steps:  # the generation's own lengths where recorded (trl-vllm), else the logged mean
+        s["tokens"] = (sum(p + c for p, c in s["lengths"]) if s.get("lengths")
+                       else n * (prompt_tokens + s.get("completion_len", args.max_new_tokens)))
     out = dict(steps=steps)
     if recorder is not None:  # item 6 of #40: the same engine call replayed in this process, and its variants
         replays = probe.replay(recorder, args.group, args.trl_gen_probe, sync=lambda: common.sync(device))

@@ -21,6 +21,26 @@
                    - real verl at its experts' speed settings: FSDP2, use_fused_kernels=True (log-probs from the hidden
                      states, not the per-row logprobs_from_logits loop it falls back to without flash-attn)
 
+The lengths axis (--lengths, orthogonal to the work mode: what the data looks like, not which settings each side
+runs; the realistic rows are the like-for-like work on realistic data):
+
+    fixed          every completion runs to max_new_tokens (vLLM's ignore_eos on both sides), prompts of
+                   --prompt-words words
+    realistic      completions stop where the engine samples EOS under one logit bias b on both sides (vLLM
+                   SamplingParams.logit_bias {EOS: b}: verl's extra sampling fields, TRL's generation_kwargs,
+                   which TRL 1.16 merges into the SamplingParams of its colocated engine,
+                   vllm_generation.py `generate`), b calibrated once by the driver so that the median is a
+                   quarter of max_new_tokens (benchmarks/eos_probe.py, benchmarks/lengths.py: with random
+                   weights the lengths are about geometric, ~6% at the maximum); prompts of
+                   ceil(W / 4) .. W words (lengths.prompt_word_count, the same prompts on both sides). Not
+                   token-for-token the same completions (each side's engine draws its own), but one length
+                   distribution: each row reports its own median, share at the maximum and tokens, and its
+                   floors come from its own lengths. The engine's log-probs then include the bias (both
+                   engines report processed log-probs), so verl's engine-vs-actor check would read it as a
+                   mismatch of ~b / mean length: its thresholds are lifted, the check itself still runs
+                   every step like-for-like (the same work). A per-request max_tokens (async_grpo.py's drawn
+                   lengths) is not an option: TRL sends one SamplingParams for all requests
+
 The TRL facts are read from the TRL 1.16.0 wheel (trl/trainer/grpo_trainer.py, grpo_config.py,
 generation/vllm_generation.py), the real-verl ones from the verl 0.9.1 wheel
 (trainer/config/_generated_ppo_trainer.yaml, trainer/ppo/rollout_corr_helper.py apply_bypass_mode, which raises
@@ -31,6 +51,16 @@ keeps SDPA without remove-padding in both rows.
 from __future__ import annotations
 
 WORK_MODES = ("defaults", "like-for-like")
+LENGTHS = ("fixed", "realistic")
+# vLLM systems only: the bias travels in vLLM's SamplingParams on both sides
+REALISTIC_SYSTEMS = ("verl-vllm", "trl-vllm")
+
+# verl with realistic lengths: the engine's log-prob of each sampled EOS carries the bias b the actor does not
+# see (module docstring), so rollout/logprob_diff's warning and stop levels are lifted out of the way.
+VERL_REALISTIC = {
+    "training.logprob_diff_warn": 1e6,
+    "training.logprob_diff_stop": 1e6,
+}
 
 # verl (this repository): config keys per work mode; "defaults" sets none.
 VERL_LIKE_FOR_LIKE = {
@@ -50,10 +80,22 @@ REAL_VERL_LIKE_FOR_LIKE = [
 ]
 
 
-def verl_settings(work: str) -> dict:
-    """Our verl's config keys (section.key -> value) for `work`."""
-    _check(work)
-    return dict(VERL_LIKE_FOR_LIKE) if work == "like-for-like" else {}
+def verl_settings(work: str, lengths: str = "fixed") -> dict:
+    """Our verl's config keys (section.key -> value) for `work` and `lengths`."""
+    _check(work, lengths)
+    return {**(VERL_LIKE_FOR_LIKE if work == "like-for-like" else {}),
+            **(VERL_REALISTIC if lengths == "realistic" else {})}
+
+
+def stop_kwargs(eos_bias: float | None = None, eos_id: int | None = None) -> dict:
+    """The vLLM SamplingParams fields that decide where completions end, the same dict for both sides:
+    fixed lengths (eos_bias None) run to max_tokens with ignore_eos; realistic ones stop at an EOS sampled
+    under logit_bias {eos_id: eos_bias}."""
+    if eos_bias is None:
+        return {"ignore_eos": True}
+    if eos_id is None:
+        raise ValueError("an EOS bias needs the EOS id")
+    return {"logit_bias": {int(eos_id): float(eos_bias)}}
 
 
 def trl_micro_batches(n: int, micro_batch: int | None) -> tuple[int, int]:
@@ -77,11 +119,11 @@ def trl_kwargs(work: str, n: int, micro_batch: int | None, lora: bool) -> dict:
     return dict(out, gradient_checkpointing=False, vllm_importance_sampling_correction=False)
 
 
-def trl_vllm_generation_kwargs(work: str) -> dict:
-    """TRL's generation_kwargs (vLLM SamplingParams keys) for the trl-vllm rows: completions to the full length
-    as verl's (ignore_eos) and, like-for-like, no text decoded by vLLM (detokenize=False, as verl sends)."""
+def trl_vllm_generation_kwargs(work: str, eos_bias: float | None = None, eos_id: int | None = None) -> dict:
+    """TRL's generation_kwargs (vLLM SamplingParams keys) for the trl-vllm rows: verl's stops (`stop_kwargs`)
+    and, like-for-like, no text decoded by vLLM (detokenize=False, as verl sends)."""
     _check(work)
-    return {"ignore_eos": True, **({"detokenize": False} if work == "like-for-like" else {})}
+    return {**stop_kwargs(eos_bias, eos_id), **({"detokenize": False} if work == "like-for-like" else {})}
 
 
 def trl_weight_dtype(work: str, system: str, lora: bool) -> str:
@@ -97,9 +139,18 @@ def real_verl_overrides(work: str) -> list[str]:
 
 
 def caption(system: str, work: str, trl_micro_batch: int | None = None, n: int | None = None,
-            lora: bool = False) -> str:
-    """What the row's system computed in each step, in words (every result row carries it)."""
-    _check(work)
+            lora: bool = False, lengths: str = "fixed", eos_bias: float | None = None) -> str:
+    """What the row's system computed in each step, in words (every result row carries it), with the
+    lengths' part when they are realistic."""
+    _check(work, lengths)
+    text = _work_caption(system, work, trl_micro_batch, n, lora)
+    if lengths == "realistic":
+        text += (f"; realistic lengths: stops at EOS sampled under logit bias {eos_bias:.3g}, prompts of a quarter to "
+                 f"all of --prompt-words words")
+    return text
+
+
+def _work_caption(system: str, work: str, trl_micro_batch: int | None, n: int | None, lora: bool) -> str:
     ll = work == "like-for-like"
     if system.startswith("trl"):
         vllm = system == "trl-vllm"
@@ -129,6 +180,8 @@ def caption(system: str, work: str, trl_micro_batch: int | None = None, n: int |
             "correction; pi_old = the update's first forward; no gradient checkpointing")
 
 
-def _check(work: str) -> None:
+def _check(work: str, lengths: str = "fixed") -> None:
     if work not in WORK_MODES:
         raise ValueError(f"work {work!r}: one of {WORK_MODES}")
+    if lengths not in LENGTHS:
+        raise ValueError(f"lengths {lengths!r}: one of {LENGTHS}")

@@ -25,10 +25,17 @@
 #               (e2e-a/-b/-c: the `defaults` rows, each system at its own defaults; E2E_STEPS timed steps, default 5)
 #   e2e-a-ll / e2e-b-ll / e2e-c-ll   the like-for-like rows of #40 (benchmarks/e2e_work.py: engine log-probs every
 #               step, no IS correction, pi_old from the update's forward, no gradient checkpointing on both sides;
-#               TRL micro-batches E2E_TRL_MB_B (16) / E2E_TRL_MB_C (8) sequences, estimated to fit beside vLLM's 0.3
-#               without checkpointing: at (b) ~2.2 MB of activations a token + fp32 logits, 16 x 550 tokens ~35 GiB);
+#               TRL's micro-batch sized to the card by benchmarks/trl_memory.py (the largest power of two whose padded
+#               sequences fit beside vLLM's 0.3 and the model states by verl's activation estimate: 16 at (b) and 8
+#               at (c) on the H200, 8 and 4 on the H100, where 16 ran out of memory at (b)); E2E_TRL_MB_B /
+#               E2E_TRL_MB_C set it instead);
 #               (a) and (b) also run the TRL generation probe (--trl-gen-probe E2E_PROBE: 3 replays at (a), 1 at (b),
 #               each replay 3 engine calls of ~12 s at (b))
+#   e2e-b-realistic / e2e-c-realistic  verl-vllm and trl-vllm like-for-like at (b) / (c) with realistic lengths
+#               (e2e_grpo.py --lengths realistic: both sides stop at EOS under one logit bias calibrated for a median
+#               of 128 of the 512 tokens, ~6% at the maximum; prompts of 12-48 words, 54-209 tokens): every row's
+#               resp_len_median / at_max_share, and its share of each stage's floor on the card (gen_floor_pct,
+#               update_mfu_pct, sync_floor_pct; benchmarks/floor.py). ~7 minutes at (b) (two systems, 5 steps)
 #   e2e-b-ll-verl / e2e-c-ll-verl  verl alone at (b) / (c) like-for-like with E2E_VERL_SET (verl config keys, e.g.
 #               "rollout.enable_sleep_mode=false rollout.gpu_memory_utilization=0.3": the engine awake through the update,
 #               as TRL's; session 16's candidate for the 0.33 s of sleep and wake at (b)); E2E_TAG names its folder
@@ -426,9 +433,13 @@ print(info)" ;;
         e2e-a-ll) e2e_run e2e-a-ll 250 240 --systems verl-vllm trl-vllm --work like-for-like $WORK_A \
                    --trl-gen-probe ${E2E_PROBE:-3} ;;
         e2e-b-ll) e2e_run e2e-b-ll 480 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_B \
-                   --trl-micro-batch ${E2E_TRL_MB_B:-16} --trl-gen-probe ${E2E_PROBE:-1} ;;
+                   ${E2E_TRL_MB_B:+--trl-micro-batch $E2E_TRL_MB_B} --trl-gen-probe ${E2E_PROBE:-1} ;;
         e2e-c-ll) e2e_run e2e-c-ll 420 320 --systems verl-vllm trl-vllm --work like-for-like $WORK_C \
-                   --trl-micro-batch ${E2E_TRL_MB_C:-8} ;;
+                   ${E2E_TRL_MB_C:+--trl-micro-batch $E2E_TRL_MB_C} ;;
+        e2e-b-realistic) e2e_run e2e-b-realistic 450 320 --systems verl-vllm trl-vllm --work like-for-like \
+                   --lengths realistic --prompt-words 48 $WORK_B ${E2E_TRL_MB_B:+--trl-micro-batch $E2E_TRL_MB_B} ;;
+        e2e-c-realistic) e2e_run e2e-c-realistic 480 320 --systems verl-vllm trl-vllm --work like-for-like \
+                   --lengths realistic --prompt-words 48 $WORK_C ${E2E_TRL_MB_C:+--trl-micro-batch $E2E_TRL_MB_C} ;;
         e2e-c-ll-compile) e2e_run e2e-c-ll-compile 240 320 --systems verl-vllm --work like-for-like $WORK_C --compile ;;
         e2e-b-ll-verl|e2e-c-ll-verl)  # verl alone like-for-like with E2E_VERL_SET's keys (a candidate's own folder)
                    W_ARGS=$WORK_B; [ "${s:4:1}" = c ] && W_ARGS=$WORK_C

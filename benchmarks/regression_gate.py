@@ -5,7 +5,8 @@
 
 NEW.json is what `benchmarks/e2e_grpo.py --out DIR` writes (DIR/e2e_grpo.json). Each row (one system on one
 work) is matched by its signature: system, work mode, architecture, LoRA rank, prompts x group x tokens,
-dtype and the extra settings of that run (`--verl-set`, packing, compile, ...). The card is the run's GPU
+dtype, the lengths (--lengths realistic; fixed ones, the default, leave the signature as before) and the extra
+settings of that run (`--verl-set`, packing, compile, ...). The card is the run's GPU
 name (`machine.gpu`: "NVIDIA H100 80GB HBM3" -> h100), or cpu. Baselines live in
 benchmarks/baselines/<card>.json, one entry per signature with the figures and the result file they came
 from. Flagged:
@@ -32,7 +33,9 @@ MEMORY_TOLERANCE = 0.05
 # e2e_grpo.py's arguments that change the work or the speed of a row (the rest: paths, timeouts, logs)
 SIGNATURE_ARGS = ("arch", "lora_rank", "prompts", "group", "max_new_tokens", "prompt_words", "dtype", "micro_batch",
                   "verl_set", "packed", "keep_logits", "compile", "param_copy", "vllm_compile", "trl_micro_batch",
-                  "real_verl_set", "real_verl_token_budget", "tiny", "threads")
+                  "real_verl_set", "real_verl_token_budget", "tiny", "threads", "lengths")
+# values that mean "not set" for an argument added after baselines were recorded (their rows keep their signature)
+SIGNATURE_DEFAULTS = {"lengths": "fixed"}
 
 
 def card_of(machine: dict) -> str:
@@ -47,7 +50,7 @@ def signature(args: dict, row: dict) -> str:
     parts = [f"system={row['system']}", f"work={row.get('work') or 'defaults'}"]
     for name in SIGNATURE_ARGS:
         value = args.get(name)
-        if value not in (None, False, 0, [], ""):
+        if value not in (None, False, 0, [], "") and value != SIGNATURE_DEFAULTS.get(name):
             parts.append(f"{name}={json.dumps(value, sort_keys=True)}")
     return " ".join(parts)
 

@@ -149,7 +149,8 @@ def test_ratios_stay_within_one_work_mode():
 def _run(step_s, step_min, step_max, trl_s, caption="c"):
     return dict(machine=dict(date="d", gpu="H200"), rows=[
         dict(system="verl-vllm", work=LL, step_s=step_s, step_min_s=step_min, step_max_s=step_max, steps_timed=5,
-             tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption),
+             tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption,
+             floor_work=dict(decode_bytes=4.8e11 * step_s, update_flops=1e12, sync_bytes=1e9, lengths="measured")),
         dict(system="trl-vllm", work=LL, step_s=trl_s, steps_timed=5, tokens_per_step=1000, caption="t"),
         dict(system="real-verl", error="timeout after 420s")])
 
@@ -161,6 +162,8 @@ def test_merge_two_runs(tmp_path):
     assert (verl["step_min_s"], verl["step_max_s"], verl["steps_timed"], verl["runs"]) == (0.9, 2.5, 10, 2)
     assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75 and verl["engine_logprob_steps"] == 10
     assert verl["x_trl_vllm"] == round(667 / 286, 2)  # TRL: 1000 / 3.5 s
+    # the floor quantities: medians over the runs (decode bytes 4.8e11 and 9.6e11 -> 7.2e11)
+    assert verl["floor_work"] == dict(decode_bytes=7.2e11, update_flops=1e12, sync_bytes=1e9, lengths="measured")
     assert [r["system"] for r in rows] == ["verl-vllm", "trl-vllm"]  # a failed row has nothing to merge
     with pytest.raises(ValueError, match="captions differ"):
         e2e_report.merge_rows([_run(1.0, 0.9, 1.2, 3.0), _run(2.0, 1.8, 2.5, 4.0, caption="other")])
@@ -171,20 +174,38 @@ def test_merge_two_runs(tmp_path):
     e2e_report.merge_main(["merge", *paths, "--out", str(tmp_path / "m")])
     merged = json.load(open(tmp_path / "m" / "e2e_grpo_merged.json"))
     assert merged["rows"][0]["step_s"] == 1.5 and merged["sources"] == paths
+    # on the H200 (4.8 TB/s): a generation floor of 7.2e11 / 4.8e12 = 0.15 s against the merged rollout_s of 0.75
+    assert merged["rows"][0]["gen_floor_pct"] == 20.0
+    assert "generation 0.150 s (0.72 TB)" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
     assert "verl-vllm (like-for-like): c" in open(tmp_path / "m" / "e2e_grpo_merged.md").read()
 
 
-def test_update_floor_from_hand_counted_flops():
+def test_rows_carry_their_floors_from_their_own_lengths(monkeypatch):
     from types import SimpleNamespace
 
-    # hidden 4, 2 query heads of width 2, 1 KV head, MLP 8, 1 layer, vocab 10 (common.flop_terms):
-    #   layer = q 4*2*2 + k,v 2*4*1*2 + o 2*2*4 + mlp 3*4*8 = 16 + 16 + 16 + 96 = 144; head = 4*10 = 40; attn width 4
-    # 2 sequences of 3 tokens (6 tokens a step), 2 of them response each:
-    #   forward = 2*144*6 + 2*40*4 + 2 * (2*4*3*4) = 1728 + 320 + 192 = 2240 FLOPs
+    # the tiny config of tests/test_benchmark_floor.py: trunk 144, head 40, attention width 4, KV 8 bytes a token
     cfg = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=1, head_dim=2,
-                          intermediate_size=8, num_hidden_layers=1, vocab_size=10)
-    assert e2e_report.update_floor_s(cfg, 2, 6, 2, peak_flops=1e3) == pytest.approx(6.72)  # 3 x 2240 / 1000
-    assert e2e_report.update_floor_s(cfg, 2, 6, 2, peak_flops=1e3, lora=True) == pytest.approx(4.48)  # 2 x
+                          intermediate_size=8, num_hidden_layers=1, vocab_size=10, tie_word_embeddings=True)
+    args = _worker_args("verl-vllm", LL, "--max-new-tokens", "2")
+    steps = [dict(step=i, wall_s=1.0, tokens=6, stages={"rollout": 0.5, "update_actor": 0.25, "update_weights": 0.1},
+                  lengths=[[1, 2], [1, 2]]) for i in range(3)]
+    monkeypatch.setattr(e2e_report.common, "hf_config", lambda arch: cfg)
+    row = e2e_report.summarize("verl-vllm", dict(steps=steps), args)
+    nominal = e2e_report.summarize("verl-vllm", dict(steps=[{k: v for k, v in s.items() if k != "lengths"}
+                                                         for s in steps]), args)
+    # update: 3 F_mm + 3 F_attn = 3 * 2048 + 3 * 192 = 6720 FLOPs; decode: 2 steps * 368 B + 8 B * 2 * (2*1 + 1) = 784
+    assert row["floor_work"] == dict(decode_bytes=784, update_flops=6720, sync_bytes=368, lengths="measured")
+    assert (row["resp_len_median"], row["resp_len_max"], row["at_max_share"]) == (2, 2, 1.0)
+    # without recorded lengths the floors come from the row's mean lengths, and the row says so
+    assert nominal["floor_work"]["lengths"] == "nominal" and "resp_len_median" not in nominal
+    h100 = dict(row, rollout_s=784 / 3.35e12 * 4, update_s=6720 / 989e12 * 2, sync_s=None)
+    e2e_report.add_floors([h100], "NVIDIA H100 80GB HBM3")
+    # generation at 25% of its floor, the update at 50% MFU; no sync time measured: no fraction
+    assert (h100["gen_floor_pct"], h100["update_mfu_pct"], h100["sync_floor_pct"]) == (25.0, 50.0, None)
+    cpu = dict(row)
+    e2e_report.add_floors([cpu], None)  # no card: no floors
+    assert "gen_floor_pct" not in cpu and e2e_report.floor_notes([cpu], None) == ""
+    assert "update 0.000 s (0.0 TFLOP)" in e2e_report.floor_notes([h100], "NVIDIA H100 80GB HBM3")
 
 
 def test_stage_profile_names_the_stage_behind_and_the_ceiling():
@@ -192,7 +213,8 @@ def test_stage_profile_names_the_stage_behind_and_the_ceiling():
             dict(system="trl-vllm", work=LL, step_s=10.0, rollout_s=5.0, sync_s=0.1, update_s=4.9),
             dict(system="verl-vllm", work="defaults", step_s=2.0),  # no rollout_s: no line
             dict(system="real-verl", work=LL, error="timeout")]  # no step: not a peer
-    text = e2e_report.stage_profile(rows, floor_s=1.0)
+    rows[0]["update_floor_s"] = 1.0  # add_floors: our update at the GPU's peak rate
+    text = e2e_report.stage_profile(rows)
     line = next(ln for ln in text.splitlines() if ln.startswith("- "))
     # the rest of the step: 8 - 4 - 0.5 = 3.5 against 10 - 5 - 0.1 = 4.9; only the sync is slower on our side
     assert "generation 4.00 vs 5.00; weight sync 0.50 vs 0.10; update and the rest 3.50 vs 4.90" in line
@@ -266,9 +288,73 @@ def test_grpo_config_takes_the_kwargs():
     and like-for-like lands on TRL's no-old-log-prob-pass branch (grpo_trainer.py: the pass runs when
     gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0 or the IS correction is on)."""
     import trl  # installed by scripts/install_cpu.sh --test (pyproject test extra)
-    for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"])):
+    for work, extra in (("defaults", []), (LL, ["--trl-micro-batch", "16"]),
+                        (LL, ["--trl-micro-batch", "16", "--lengths", "realistic", "--eos-bias", "6.5", "--eos-id", "0"])):
         c = trl.GRPOConfig(**e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", work, *extra), "cpu", "/tmp/o"))
+        assert c.generation_kwargs.get("logit_bias") == ({0: 6.5} if "--lengths" in extra else None)
         assert c.generation_batch_size == 256  # one generation of all completions per optimizer step
         old_pass = (c.gradient_accumulation_steps % (c.steps_per_generation * c.num_iterations) != 0
                     or c.vllm_importance_sampling_correction)
         assert old_pass is (work == "defaults") and c.gradient_checkpointing is (work == "defaults")
+
+
+REAL = ("--lengths", "realistic", "--eos-bias", "6.5", "--eos-id", "0")
+
+
+def test_realistic_lengths_reach_both_sides_alike():
+    verl_args = _worker_args("verl-vllm", LL, *REAL)
+    trl_args = _worker_args("trl-vllm", LL, *REAL, "--trl-micro-batch", "32")
+    trl = e2e_trl.trl_config_kwargs(trl_args, "cuda", "/o")
+    # the one stop dict on both sides: verl's extra sampling fields, TRL's generation_kwargs (+ its detokenize)
+    assert e2e_work.stop_kwargs(verl_args.eos_bias, verl_args.eos_id) == {"logit_bias": {0: 6.5}}
+    assert trl["generation_kwargs"] == {"logit_bias": {0: 6.5}, "detokenize": False}
+    assert e2e_work.stop_kwargs() == {"ignore_eos": True}  # fixed lengths, as before
+    with pytest.raises(ValueError, match="EOS id"):
+        e2e_work.stop_kwargs(6.5)
+    # verl: the like-for-like keys plus the lifted engine-vs-actor thresholds (the bias is in the engine's log-probs)
+    cfg = e2e_grpo.verl_config(verl_args, common.resolve_device("cpu"), 6)
+    assert cfg["training"]["logprob_diff_stop"] == 1e6 and cfg["training"]["old_log_probs_from_update"] is True
+    assert "logprob_diff_stop" not in e2e_grpo.verl_config(_worker_args("verl-vllm", LL), common.resolve_device("cpu"),
+                                                            6)["training"]
+    # the same varied prompts on both sides (a quarter to all of 16 words); fixed: all 16 words
+    assert cfg["data"]["prompts"] == e2e_grpo.step_prompts(trl_args)
+    words = {len(p.split()) - 2 for p in cfg["data"]["prompts"]}  # less "Prompt i:"
+    assert min(words) >= 4 and max(words) == 16 and len(words) > 5
+    assert {len(p.split()) - 2 for p in e2e_grpo.step_prompts(_worker_args("verl-vllm", LL))} == {16}
+    assert "logit bias 6.5" in e2e_work.caption("trl-vllm", LL, 32, 256, lengths="realistic", eos_bias=6.5)
+    with pytest.raises(ValueError, match="lengths"):
+        e2e_work.verl_settings(LL, "sampled")
+
+
+def test_realistic_lengths_command_line():
+    args = e2e_grpo.parse(["--device", "cpu", "--systems", "verl-vllm", "trl-vllm", "--lengths", "realistic"])
+    args.model_path, args.eos_bias, args.eos_id = "/m", 6.5, 0
+    cmd = e2e_grpo.worker_command(args, "trl-vllm", LL)
+    assert cmd[cmd.index("--lengths") + 1] == "realistic" and cmd[cmd.index("--eos-bias") + 1] == "6.5"
+    assert cmd[cmd.index("--eos-id") + 1] == "0"
+    fixed = e2e_grpo.parse(["--device", "cpu", "--systems", "verl-vllm"])
+    fixed.model_path = "/m"
+    assert "--eos-bias" not in e2e_grpo.worker_command(fixed, "verl-vllm", LL)
+    with pytest.raises(SystemExit):  # the bias travels in vLLM's sampling parameters: HF systems cannot take it
+        e2e_grpo.parse(["--device", "cpu", "--systems", "verl-vllm", "trl", "--lengths", "realistic"])
+
+
+def test_trl_colocate_sampling_params_take_the_bias():
+    """TRL 1.16's colocated engine builds vllm.SamplingParams(**{its fields, then generation_kwargs})
+    (trl/generation/vllm_generation.py `generate`): our realistic kwargs make a real SamplingParams with the bias
+    and without ignore_eos."""
+    vllm = pytest.importorskip("vllm")
+    trl = e2e_trl.trl_config_kwargs(_worker_args("trl-vllm", LL, *REAL, "--trl-micro-batch", "32"), "cuda", "/o")
+    fields = dict(n=1, repetition_penalty=1.0, temperature=trl["temperature"], top_p=trl["top_p"], top_k=trl["top_k"],
+                  min_p=0.0, max_tokens=trl["max_completion_length"], logprobs=0)
+    fields.update(trl["generation_kwargs"])
+    params = vllm.SamplingParams(**fields)
+    assert params.logit_bias == {0: 6.5} and params.ignore_eos is False and params.detokenize is False
+
+
+def test_trl_generation_lengths_are_recorded_per_completion():
+    # TRL's generate returns (prompt_ids, completion_ids, logprobs, logprob_token_ids), one entry a completion
+    into = [[9, 9]]
+    wrapped = e2e_trl.recording_lengths(lambda *a, **kw: ([[1, 2, 3], [1, 2]], [[7] * 5, [7, 0]], None, None), into)
+    out = wrapped("prompts", num_generations=2)
+    assert into == [[3, 5], [2, 2]] and out[1] == [[7] * 5, [7, 0]]  # replaced, not appended; the result passes

@@ -65,6 +65,13 @@ def test_rows_match_by_their_settings_only(baselines, capsys):
     other = run_file(baselines, "other.json", [{"system": "verl-vllm", "work": "like-for-like", "step_s": 99.0,
                                                 "peak_gib": 99.0}], args=dict(ARGS, lora_rank=64))
     assert gate.main([other]) == 0 and "no baseline" in capsys.readouterr().out
+    # fixed lengths are the rows recorded before the lengths axis: the same row; realistic lengths another one
+    fixed = run_file(baselines, "fixed.json", [{"system": "verl-vllm", "work": "like-for-like", "step_s": 12.0,
+                                                "peak_gib": 90.0}], args=dict(ARGS, lengths="fixed"))
+    assert gate.main([fixed]) == 1
+    real = run_file(baselines, "real.json", [{"system": "verl-vllm", "work": "like-for-like", "step_s": 12.0,
+                                              "peak_gib": 90.0}], args=dict(ARGS, lengths="realistic"))
+    assert gate.main([real]) == 0 and 'lengths="realistic"' in capsys.readouterr().out
 
 
 def test_a_card_without_a_baseline_says_how_to_record_one(baselines, capsys):
