@@ -41,3 +41,17 @@ def importance_weights(old_log_probs: torch.Tensor, behaviour_log_probs: torch.T
     else:
         stats = {"ratio_mean": 1.0, "ratio_max": 1.0, "ratio_min": 1.0, "changed_frac": 0.0}
     return weights, stats
+
+
+@torch.no_grad()
+def engine_kl(actor_log_probs: torch.Tensor, engine_log_probs: torch.Tensor, mask: torch.Tensor) -> float:
+    """KL(pi_engine || pi_actor) on the engine's sampled tokens, by the k3 estimator (Schulman 2020):
+
+        log r_t = log pi_actor(y_t) - log pi_engine(y_t),    kl = mean_t (r_t - 1 - log r_t)   (masked mean)
+
+    Each term is >= 0 and the mean is unbiased for the KL since y_t ~ pi_engine (E[r_t] = 1). Real verl logs
+    the same figure as rollout_corr/k3_kl. 0.0 where the mask counts no token."""
+    log_r = (actor_log_probs.float() - engine_log_probs.float()).clamp(-20.0, 20.0)
+    if not (mask > 0).any():
+        return 0.0
+    return float(masked_mean(torch.exp(log_r) - 1.0 - log_r, mask))

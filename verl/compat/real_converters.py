@@ -203,6 +203,17 @@ def rollout_is(value, ctx, key):
                                         "algorithm.rollout_correction.rollout_is_threshold")}
 
 
+def quantization(value, ctx, key):
+    """Real verl's rollout quantization: fp8 is block-FP8 engine weights (128 x 128, dynamic activation
+    scales), as rollout.quantization: fp8 here (verl/rollout/fp8_vllm.py); null: the engine in the actor's
+    dtype. torchao / ascend have no equivalent."""
+    if value is None:
+        return {}
+    if value != "fp8":
+        raise refuse(key, value, "only fp8 (block-FP8 vLLM engine weights, rollout.quantization: fp8) maps here")
+    return {"rollout.quantization": "fp8"}
+
+
 def tis_cap(value, ctx, key):
     cap = as_float(value, key)
     return {"rollout.tis_cap": cap} if cap > 0 else {}

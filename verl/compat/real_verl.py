@@ -264,6 +264,11 @@ _ENTRIES: list[tuple[str, dict]] = [
                                               real_default=True,
                                               note="true: 1 (every step); not given or false: the check every "
                                                    "10th step here (a metric either way: no update changes)")),
+    (f"{ROLLOUT}.quantization", custom(conv.quantization, "rollout.quantization", default=None,
+                                       note="fp8: block-FP8 vLLM engine weights; then, unless set, rollout.tis_cap "
+                                            "2.0 (rollout_is=token at real verl's threshold) and the log-prob "
+                                            "check on every step; torchao is refused")),
+    (f"{ROLLOUT}.quantization_config_file", only(None, why="a quantization config file (torchao's)")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),

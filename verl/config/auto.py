@@ -42,6 +42,7 @@ def resolve_auto(cfg, platform: Platform) -> list[str]:
         r.n = 4 if ESTIMATORS[cfg.algorithm.adv_estimator].compares_group else 1
     if r.seed is None:
         r.seed = cfg.seed
+    _resolve_quantization_defaults(cfg)
     if r.max_model_len is None:
         r.max_model_len = d.max_prompt_length + r.response_budget
     if t.critic_lr is None:
@@ -53,6 +54,24 @@ def resolve_auto(cfg, platform: Platform) -> list[str]:
     if ck.save_dir is None:
         ck.save_dir = _default_output_dir(cfg)
     return cfg.auto_notes()
+
+
+def _resolve_quantization_defaults(cfg) -> None:
+    """rollout.quantization: fp8 computes rollouts with other weights than the actor's: the mismatch is
+    corrected (rollout.tis_cap 2.0, real verl's rollout_is_threshold default), measured on every step
+    (rollout.logprob_check_every 1) and expected to be larger (training.logprob_diff_warn 0.25). Keys the
+    user set keep their values."""
+    from verl.config.rollout import DEFAULT_CHECK_EVERY, FP8_CHECK_EVERY, FP8_TIS_CAP
+    from verl.config.training import DEFAULT_DIFF_WARN, FP8_DIFF_WARN
+
+    r, t = cfg.rollout, cfg.training
+    fp8 = r.quantization == "fp8"
+    if r.tis_cap is None:
+        r.tis_cap = FP8_TIS_CAP if fp8 else 0.0
+    if r.logprob_check_every is None:
+        r.logprob_check_every = FP8_CHECK_EVERY if fp8 else DEFAULT_CHECK_EVERY
+    if t.logprob_diff_warn is None:
+        t.logprob_diff_warn = FP8_DIFF_WARN if fp8 else DEFAULT_DIFF_WARN
 
 
 DEFAULT_MICRO_BATCH = 4  # sequences per forward/backward when training.micro_batch_size is left on auto

@@ -3,7 +3,7 @@ functions of the config (and, for the two that depend on the machine, of the pro
 raise ConfigError and change nothing.
 
     check(config)                       # the rules between sections
-    check_platform(config, platform)    # what the machine must offer (SGLang's GPU, a CUDA stream priority)
+    check_platform(config, platform)    # what the machine must offer (SGLang's GPU, a CUDA stream priority, FP8)
 """
 
 from __future__ import annotations
@@ -84,9 +84,32 @@ def check_platform(cfg, platform) -> None:
         if not platform.sglang:
             raise ConfigError(f"rollout.name: sglang needs SGLang, which is not installed: {pip_extra('sglang')} "
                               "(it cannot share an environment with the vllm extra)")
+    if cfg.rollout.quantization == "fp8":
+        _check_fp8(cfg, platform, where)
     if a.enable and a.engine_priority == "high" and not platform.gpu:
         raise ConfigError(f"async_training.engine_priority: high is a CUDA stream priority and device is "
                           f"{where}; set it to normal")
+
+
+def _check_fp8(cfg, platform, where: str) -> None:
+    """rollout.quantization: fp8 (verl/rollout/fp8_vllm.py) is vLLM's block-FP8 engine on a CUDA GPU, fed by
+    the trainer's own in-process engine. The CPU is refused: vLLM's CPU build runs block FP8 only in bfloat16
+    through AMX kernels (and on the machine this was written on, its bf16 attention kernel stopped the process
+    with an illegal instruction); SGLang's FP8 path and the Ray replicas' sync are not built yet."""
+    r, m = cfg.rollout, cfg.model
+    if r.name != "vllm":
+        raise ConfigError(f"rollout.quantization: fp8 runs on the vLLM engine for now (rollout.name is {r.name}); set "
+                          "rollout.name: vllm or leave rollout.quantization unset")
+    if not platform.gpu:
+        raise ConfigError(f"rollout.quantization: fp8 needs a CUDA GPU (vLLM's FP8 kernels) and device is {where}; "
+                          "leave rollout.quantization unset on the CPU")
+    if m.dtype not in ("bfloat16", "float16"):
+        raise ConfigError(f"rollout.quantization: fp8 runs the engine in model.dtype, which is {m.dtype}; vLLM's FP8 "
+                          "layers compute in bfloat16 or float16: set model.dtype: bfloat16 (the actor keeps float32 "
+                          "master weights under autocast)")
+    if cfg.distributed.backend == "ray":
+        raise ConfigError("rollout.quantization: fp8 is not supported with distributed.backend: ray yet (the "
+                          "replicas' weight sync does not quantize); use distributed.backend: none")
 
 
 def _check_ray(cfg) -> None:

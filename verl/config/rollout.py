@@ -13,6 +13,11 @@ from verl.errors import ConfigError
 MAX_SEQUENCES_PER_STEP = 2 ** 20  # training.batch_size x rollout.n
 MAX_TOKENS = 2 ** 20  # data.max_prompt_length, rollout.max_new_tokens (the model's context is checked at load)
 MAX_SEED = 2 ** 32 - 1  # numpy's seed range; torch seeds are derived as seed * 1_000_003 + step
+QUANTIZATIONS = ("fp8",)  # rollout.quantization (None: the engine holds the actor's dtype)
+# Defaults under rollout.quantization: fp8 (verl/config/auto.py fills the None keys)
+FP8_TIS_CAP = 2.0  # rollout.tis_cap: real verl's algorithm.rollout_correction.rollout_is_threshold default
+FP8_CHECK_EVERY = 1  # rollout.logprob_check_every: the engine-vs-actor mismatch on every step
+DEFAULT_CHECK_EVERY = 10
 
 
 def check_seed(seed, key_path: str) -> None:
@@ -77,9 +82,14 @@ class RolloutConfig(Section):
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling adds ~15 s to
     # engine start, docs/vllm.md; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
     enforce_eager: Optional[bool] = key(None, resume_safe=True)
+    # fp8: the vLLM engine holds block-FP8 linear weights (128 x 128 scales; LM head, embeddings and norms in
+    # the engine's dtype), quantized at every weight sync; the actor trains in its own precision
+    # (verl/rollout/fp8_vllm.py). It turns on the correction and the per-step check below by default.
+    quantization: Optional[str] = key(None, choices=QUANTIZATIONS)
     # Importance correction engine -> pi_old (verl/algorithms/off_policy.py); 0 = off. is_mode truncate:
-    # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0
-    tis_cap: float = key(0.0, ge=0)
+    # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0.
+    # None: 0, or FP8_TIS_CAP (real verl's rollout_is_threshold default) under quantization: fp8
+    tis_cap: Optional[float] = key(None, ge=0)
     is_mode: str = key("truncate", choices="verl.algorithms.off_policy:IS_MODES")
     # The engine's log-probs of the sampled tokens feed rollout/logprob_diff (the stale-weights check)
     # and, where the loss reads them (async_training, tis_cap > 0, multi-turn rollouts), the loss: those
@@ -87,8 +97,8 @@ class RolloutConfig(Section):
     # run; vLLM skips computing them on the others (the log-softmax over the vocabulary each decode step
     # costs 10-35% of raw vLLM's tokens/s, issue 19's table). The HF and SGLang engines report them anyway.
     # 10: a stale engine (a sync that did not land) is caught within 10 steps, for ~1/10 of the cost;
-    # 1 checks every step.
-    logprob_check_every: int = key(10, ge=1, resume_safe=True)
+    # 1 checks every step. None: 10, or 1 under quantization: fp8 (its mismatch is logged every step).
+    logprob_check_every: Optional[int] = key(None, ge=1, resume_safe=True)
     # Read the weights of the first and last decoder layer back from the engine after the first sync
     # and every this many steps, and compare them with the actor's (LoRA merged): a sync that did not
     # reach the engine stops the run (verl/rollout/sync_check.py). 0: never.
@@ -121,7 +131,7 @@ class RolloutConfig(Section):
     def engine_log_probs_every_step(self, async_enabled: bool) -> bool:
         """Whether the loss reads the engine's log-probs, so that every step needs them (see
         logprob_check_every): async training, the importance correction, multi-turn trajectories."""
-        return bool(async_enabled or self.tis_cap > 0 or self.is_multi_turn)
+        return bool(async_enabled or (self.tis_cap or 0) > 0 or self.is_multi_turn)
 
     @property
     def response_budget(self) -> int:

@@ -5,8 +5,9 @@
 A LoRA whose deltas never reach the engine trains on, with rewards that do not move, and nothing in the
 metrics says why. The check reads back, from the engine, every weight matrix of the first and the last
 decoder layer (`probe_names`: attention and MLP projections, the ones LoRA adapts) and compares them with
-the actor's merged weights (`hf_named_weights`: W + scale B A) cast to the engine's dtype, element by
-element. A sync writes exactly that cast, so the two are equal; a missing delta differs wherever it moves a
+the actor's merged weights (`hf_named_weights`: W + scale B A) cast to the engine's dtype (an engine's
+`expected_weight(name, tensor)`, where it has one, says what a sync leaves instead: an FP8 engine's
+dequantized round trip), element by element. A sync writes exactly that cast, so the two are equal; a missing delta differs wherever it moves a
 value across a rounding step of the engine's dtype, a fraction of the elements that grows with the delta
 (a LoRA delta of 1e-4 relative shifts ~2% of bf16 values). More than MAX_DIFFERING of the elements
 differing is a failed sync.
@@ -51,7 +52,7 @@ def verify_sync(engine, model: torch.nn.Module, names: Optional[list] = None) ->
     cast to the engine's dtype, else one line naming the worst tensor and how many elements differ;
     the number of elements compared). A name the engine cannot give back is not compared (0 compared:
     the engine's naming is not the actor's, the caller says the check could not run)."""
-    read = getattr(engine, "read_weights", None)
+    read, expected = getattr(engine, "read_weights", None), getattr(engine, "expected_weight", None)
     names = names if names is not None else probe_names(model)
     if read is None or not names:
         return None, 0
@@ -66,6 +67,8 @@ def verify_sync(engine, model: torch.nn.Module, names: Optional[list] = None) ->
         if name not in got:
             continue
         held = got[name].detach().to("cpu")
+        if expected is not None:  # what the sync leaves there (rollout.quantization fp8: the FP8 round trip)
+            value = expected(name, value)
         expect = value.detach().to("cpu", held.dtype)
         if held.shape != expect.shape:
             return f"'{name}' is {tuple(held.shape)} in the engine but {tuple(expect.shape)} in the actor", total

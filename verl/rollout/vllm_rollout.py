@@ -120,6 +120,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     _tower_rename = False
     image_limit = 0
     mm_prompts_checked = 0
+    fp8 = None  # rollout.quantization: fp8: the Fp8Plan (verl/rollout/fp8_vllm.py)
+    _synced_once = False
 
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
@@ -170,6 +172,16 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             kwargs["max_model_len"] = rollout_cfg.max_model_len
         if rollout_cfg.max_num_batched_tokens is not None:
             kwargs["max_num_batched_tokens"] = rollout_cfg.max_num_batched_tokens
+        # rollout.quantization: fp8: a block-FP8 engine with placeholder weights, filled by the first sync
+        # (verl/rollout/fp8_vllm.py); each sync quantizes the actor's weights on the way in.
+        self.fp8 = None
+        if getattr(rollout_cfg, "quantization", None) == "fp8":
+            from verl.rollout.fp8_vllm import engine_args, plan_from_folder
+
+            self.fp8 = plan_from_folder(model_path, rollout_cfg.tensor_model_parallel_size)
+            kwargs.update(engine_args(self.fp8))
+            print(self.fp8.summary(), flush=True)
+        self._synced_once = False
         if self.on_cpu:
             # Exact (fractional) size; an explicit VLLM_CPU_KVCACHE_SPACE in the environment wins.
             kwargs["kv_cache_memory_bytes"] = int(rollout_cfg.kv_cache_gb * (1 << 30))
@@ -270,12 +282,19 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         if self.asleep:
             self.wake_up()
+        self.check_synced()
         start = time.perf_counter()
         requests, params = self.build_requests(prompts, sampling)
         call_start = time.perf_counter()
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         call_end = time.perf_counter()
         return self.rollout_from_outputs(prompts, sampling, outputs, (start, call_start, call_end))
+
+    def check_synced(self) -> None:
+        """An FP8 engine starts with vLLM's placeholder weights: it generates only once synced."""
+        if self.fp8 is not None and not self._synced_once:
+            raise RuntimeError("rollout.quantization: fp8: the engine starts with placeholder weights; sync it from "
+                               "the actor (sync_weights / load_weights) before generating")
 
     def rollout_from_outputs(self, prompts: Batch, sampling: SamplingParams, outputs: list, marks: tuple) -> Batch:
         """The rollout Batch from vLLM's RequestOutputs, in the order of `build_requests` (prompt-major,
@@ -324,7 +343,26 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
 
         if self.asleep:
             return {}
-        return unfuse(self.llm.collective_rpc(read_in_place, args=(list(names),))[0], shapes)
+        if self.fp8 is None:
+            return unfuse(self.llm.collective_rpc(read_in_place, args=(list(names),))[0], shapes)
+        from verl.rollout.fp8 import BLOCK, scale_name
+        from verl.rollout.fp8_vllm import dequantized_reads
+
+        # FP8 weights come with their scales, [ceil(N/128), ceil(K/128)] each (cut out of fused ones alike)
+        scales = [scale_name(n) for n in names if n in self.fp8.quantized]
+        shapes = dict(shapes, **{scale_name(n): tuple(-(-d // BLOCK) for d in shapes[n])
+                                 for n in names if n in self.fp8.quantized})
+        read = unfuse(self.llm.collective_rpc(read_in_place, args=(list(names) + scales,))[0], shapes)
+        return dequantized_reads(self.fp8, read, list(names), packed=self.on_cpu)
+
+    def expected_weight(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """What a sync leaves in the engine for the actor's `tensor` (verl.rollout.sync_check): under
+        rollout.quantization fp8 the FP8 round trip of a quantized weight, else the tensor."""
+        if self.fp8 is None:
+            return tensor
+        from verl.rollout.fp8_vllm import expected_weight
+
+        return expected_weight(self.fp8, name, tensor)
 
     def load_weights(self, weights) -> int:
         """(HF name, tensor) pairs -- a list, or a lazy stream read once -- into the engine in place,
@@ -347,6 +385,10 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         n_bytes = 0
         if self._tower_rename:
             weights = ((vllm_tower_name(n), t) for n, t in weights)
+        if self.fp8 is not None:  # block FP8 + scales, quantized on the actor's device (verl/rollout/fp8_vllm.py)
+            from verl.rollout.fp8_vllm import quantized_stream
+
+            weights = quantized_stream(weights, self.fp8)
         with torch.no_grad():
             if self.weight_reload == "direct":
                 for bucket in weight_buckets(weights, SYNC_BUCKET_BYTES):
@@ -358,6 +400,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                 n_bytes = sum(t.numel() * t.element_size() for _, t in weights)
             if self.on_cpu:  # the CPU backend's packed GEMM handles are rebuilt from the new weights
                 self.llm.collective_rpc(repack_cpu_shared_weights)
+        self._synced_once = True
         if self.prefix_caching:  # prefix-cache blocks were computed with the old weights: never reuse them
             self.llm.reset_prefix_cache()
         if self.vision_language:

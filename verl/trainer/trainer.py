@@ -19,6 +19,7 @@ import torch
 
 from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.kl import build_kl_controller
+from verl.algorithms.off_policy import engine_kl
 from verl.algorithms.masked import masked_mean
 from verl.backends import build_backend
 from verl.batch import Batch
@@ -201,6 +202,7 @@ class Trainer:
             # Engine vs actor log-probs on the sampled tokens: large means stale weights.
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
+            m["rollout/engine_kl"] = engine_kl(batch.old_log_probs, batch.rollout_log_probs, mask)
         m.update(experience.metrics)
         for name in ("advantages", "critic", "actor", "sync"):
             m.update(self._parts.get(name) or {})
