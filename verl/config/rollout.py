@@ -77,8 +77,9 @@ class RolloutConfig(Section):
     # vLLM without torch.compile / CUDA graphs. None: eager on the CPU (compiling adds ~15 s to
     # engine start, docs/vllm.md; decoding then runs ~1.3x faster), compiled with CUDA graphs on a GPU
     enforce_eager: Optional[bool] = key(None, resume_safe=True)
-    # Importance correction engine -> pi_old (verl/algorithms/off_policy.py); 0 = off. is_mode truncate:
-    # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0
+    # Importance correction engine -> pi_old, the shorthand of algorithm.rollout_correction
+    # (verl/algorithms/off_policy.py); 0 = off. is_mode truncate: weight tokens by min(pi_old/pi_engine,
+    # tis_cap); mask: tokens whose ratio is outside [1/tis_cap, tis_cap] leave the loss (its denominator too)
     tis_cap: float = key(0.0, ge=0)
     is_mode: str = key("truncate", choices="verl.algorithms.off_policy:IS_MODES")
     # The engine's log-probs of the sampled tokens feed rollout/logprob_diff (the stale-weights check)
@@ -118,10 +119,11 @@ class RolloutConfig(Section):
     def is_multi_turn(self) -> bool:
         return bool(self.tools or self.environment)
 
-    def engine_log_probs_every_step(self, async_enabled: bool) -> bool:
+    def engine_log_probs_every_step(self, async_enabled: bool, correction: bool = False) -> bool:
         """Whether the loss reads the engine's log-probs, so that every step needs them (see
-        logprob_check_every): async training, the importance correction, multi-turn trajectories."""
-        return bool(async_enabled or self.tis_cap > 0 or self.is_multi_turn)
+        logprob_check_every): async training, the importance correction (rollout.tis_cap, or
+        `correction`: algorithm.rollout_correction on), multi-turn trajectories."""
+        return bool(async_enabled or self.tis_cap > 0 or correction or self.is_multi_turn)
 
     @property
     def response_budget(self) -> int:
