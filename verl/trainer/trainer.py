@@ -167,7 +167,6 @@ class Trainer:
         if self.critic is not None:
             batch.values = self.critic.compute_values(batch)
 
-    @stage("rollout_correction")
     def correct_rollout(self, batch: Batch):
         """Decoupled rollout correction of the whole batch, pi_old against the engine: rejected tokens leave
         batch.response_mask, the weights go to batch.is_weights (verl/algorithms/off_policy.py). Returns the
@@ -178,9 +177,13 @@ class Trainer:
         if (not spec.enabled or spec.bypass or batch.old_log_probs is None
                 or batch.rollout_log_probs is None):
             return None
+        return self._correct_rollout(batch)
+
+    @stage("rollout_correction")
+    def _correct_rollout(self, batch: Batch):
         before = batch.response_mask
         weights, batch.response_mask, self._parts["rollout_correction"] = correct(
-            batch.old_log_probs, batch.rollout_log_probs, before, spec)
+            batch.old_log_probs, batch.rollout_log_probs, before, self.correction)
         batch.is_weights = weights
         return before
 
