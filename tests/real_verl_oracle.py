@@ -7,8 +7,9 @@ tests compare against (tests/test_algorithms_real_verl.py). Real verl's package 
 cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's registered name, ...
 tensors and settings}, {"kind": "score", "data_source", "response", "ground_truth"}, {"kind": "lr",
 "scheduler": "constant" | "cosine", "warmup", "total", "steps"} (real verl's schedulers, as its FSDP
-engine builds them) or {"kind": "config", "overrides": [...], "keys": [...]} (real verl's own Hydra
-config, ppo_trainer.yaml, composed with a script's overrides; a key it does not have is added, a value
+engine builds them), {"kind": "corr", ...} (its decoupled rollout correction of a batch: weights and
+rejection mask), {"kind": "bypass", ...} (its bypass-mode policy loss) or {"kind": "config", "overrides":
+[...], "keys": [...]} (real verl's own Hydra config, ppo_trainer.yaml, composed with a script's overrides; a key it does not have is added, a value
 its Hydra cannot parse is quoted, both named in the result); results.pt: one dict per case (loss and
 d loss / d log_probs, advantages and returns, the score and a dict result's other entries, the learning
 rate of each step, or the resolved values of `keys` with the optimizer's after real verl's
@@ -171,8 +172,46 @@ def _run_config(case):
     return {"values": values, "added": added, "unparsed": unparsed}
 
 
+def _run_corr(case):
+    """Real verl's decoupled rollout correction of one batch: {"weights" (or None), "mask", "metrics"}."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=case["old"], rollout_log_prob=case["rollout"], response_mask=case["mask"],
+        rollout_is=case["rollout_is"], rollout_is_threshold=case["is_threshold"],
+        rollout_is_batch_normalize=case["batch_normalize"], rollout_rs=case["rollout_rs"],
+        rollout_rs_threshold=case["rs_threshold"])
+    return {"weights": None if weights is None else weights.batch["rollout_is_weights"], "mask": mask,
+            "metrics": metrics}
+
+
+def _run_bypass(case):
+    """Real verl's bypass-mode policy loss (compute_policy_loss_bypass_mode) on one micro-batch that is the
+    whole mini-batch, its token count taken before the rejection (as its engine counts): loss and gradient."""
+    import torch
+    from verl.trainer.ppo import core_algos
+
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    config = _actor_config({**case, "name": "bypass_mode"})
+    rc = RolloutCorrectionConfig(loss_type=case["loss_type"], rollout_is=case["rollout_is"],
+                                 rollout_is_threshold=case["is_threshold"], rollout_is_batch_normalize=False,
+                                 rollout_rs=case["rollout_rs"], rollout_rs_threshold=case["rs_threshold"],
+                                 bypass_mode=True)
+    object.__setattr__(config.policy_loss, "rollout_correction", rc)  # as real verl's apply_bypass_mode sets it
+    config.global_batch_info.update(dp_size=1, batch_num_tokens=float(case["mask"].sum()),
+                                    global_batch_size=case["mask"].shape[0])
+    log_probs = case["log_probs"].clone().requires_grad_(True)
+    torch.manual_seed(0)
+    loss, _ = core_algos.compute_policy_loss_bypass_mode(case["rollout"], log_probs, case["adv"], case["mask"],
+                                                         case["agg"], config)
+    loss.backward()
+    return {"loss": loss.detach(), "grad": log_probs.grad.detach()}
+
+
 RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c),
-           "lr": lambda c: _run_lr(c), "config": lambda c: _run_config(c)}
+           "lr": lambda c: _run_lr(c), "config": lambda c: _run_config(c), "corr": lambda c: _run_corr(c),
+           "bypass": lambda c: _run_bypass(c)}
 
 
 def main(real_verl_dir: str, cases_path: str, results_path: str) -> None:

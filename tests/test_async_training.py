@@ -16,7 +16,7 @@ from verl.errors import ConfigError
 
 BASE = {"algorithm.name": "grpo", "training.total_steps": 3, "training.batch_size": 2, "training.micro_batch_size": 4,
         "training.lr": 1e-2, "rollout.tis_cap": 2.0}
-KEYS = ("reward", "pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "entropy", "actor/is_ratio_mean")
+KEYS = ("reward", "pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "entropy", "rollout_corr/rollout_is_mean")
 
 
 def _run(tmp_path, name, steps=3, **extra):
@@ -58,7 +58,7 @@ def test_staleness_bound_and_version_tags(tmp_path, tiny_gpt2):
     assert all(m["async/dropped_samples"] == 0 for m in metrics)
     for s, m in zip(staleness, metrics):
         if s == 1:  # one update old: the engine's log-probs differ from pi_old, the weights are not all 1
-            assert abs(m["actor/is_ratio_mean"] - 1.0) > 1e-6
+            assert abs(m["rollout_corr/rollout_is_mean"] - 1.0) > 1e-6
 
 
 def test_staleness_one_on_the_vllm_engine(tmp_path, tiny_qwen2):
@@ -78,7 +78,7 @@ def test_staleness_one_on_the_vllm_engine(tmp_path, tiny_qwen2):
         if s == 0:  # float32 on both sides: equal up to rounding
             assert m["rollout/logprob_diff"] < 1e-3, m["rollout/logprob_diff"]
         else:  # one update old: the importance weights are not all 1
-            assert abs(m["actor/is_ratio_mean"] - 1.0) > 1e-6, m["actor/is_ratio_mean"]
+            assert abs(m["rollout_corr/rollout_is_mean"] - 1.0) > 1e-6, m["rollout_corr/rollout_is_mean"]
     assert [m["async/staleness_max"] for m in metrics] == [float(s) for s in staleness]
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from verl import load_config
+from verl.algorithms.off_policy import correction_spec
 from verl.batch import Batch
 from verl.rollout.base import assemble_rollout
 from verl.trainer.step_sampling import StepSampling
@@ -24,7 +25,8 @@ def _asked(overrides: list[str], steps: list[int]) -> list[bool]:
     """SamplingParams.log_probs of StepSampling.for_step at each global_step (completed steps) in
     `steps`, for one process that starts at steps[0] (a resume when > 0)."""
     cfg = load_config(None, ["device=cpu", *overrides])
-    sampling = StepSampling(cfg.rollout, cfg.async_training.enable)
+    correction = correction_spec(cfg.rollout, cfg.algorithm.rollout_correction)  # as the trainer builds it
+    sampling = StepSampling(cfg.rollout, cfg.async_training.enable, correction=correction.enabled)
     return [sampling.for_step(g).log_probs for g in steps]
 
 
@@ -39,9 +41,11 @@ def test_every_tenth_step_by_default_and_every_kth_with_the_key():
 
 
 @pytest.mark.parametrize("extra", [["async_training.enable=true", "rollout.hf_weight_copy=true"],
-                                   ["rollout.tis_cap=2.0"], ["rollout.tools=[calculator]"]])
+                                   ["rollout.tis_cap=2.0"], ["rollout.tools=[calculator]"],
+                                   ["algorithm.rollout_correction.rollout_is=sequence"],
+                                   ["algorithm.rollout_correction.bypass_mode=true"]])
 def test_every_step_where_the_loss_reads_them(extra):
-    # async training (behaviour log-probs), the importance correction, multi-turn trajectories
+    # async training (behaviour log-probs), the rollout correction (shorthand or section), multi-turn trajectories
     assert _asked(["rollout.logprob_check_every=3", *extra], [0, 1, 2]) == [True, True, True]
 
 

@@ -9,11 +9,23 @@ from conftest import small_overrides
 from verl.trainer.invariants import InvariantBroken, InvariantChecker
 
 
-def config(check=True, staleness=0, enable=False):
+def config(check=True, staleness=0, enable=False, bypass=False):
     training = SimpleNamespace(check_invariants=check, on_policy_tol=0.05, logprob_diff_warn=0.1,
                                logprob_diff_stop=1.0)
-    return SimpleNamespace(training=training, async_training=SimpleNamespace(enable=enable, max_staleness=staleness,
-                                                                             partial_rollout=False))
+    algorithm = SimpleNamespace(rollout_correction=SimpleNamespace(bypass_mode=bypass))
+    return SimpleNamespace(training=training, algorithm=algorithm,
+                           async_training=SimpleNamespace(enable=enable, max_staleness=staleness, partial_rollout=False))
+
+
+def test_bypass_mode_checks_the_first_minibatch_as_the_engine_gap():
+    # pi_old is the engine's: the first mini-batch's log-ratio is the engine-vs-actor gap, not an on-policy check
+    said = []
+    checker = InvariantChecker(config(bypass=True), said.append)
+    checker.after_step(1, {"actor/first_minibatch_log_ratio_abs": 0.06})  # bf16 engine: no stop
+    checker.after_step(2, {"actor/first_minibatch_log_ratio_abs": 0.3})  # above logprob_diff_warn: a warning
+    assert len(said) == 1 and "above training.logprob_diff_warn" in said[0]
+    with pytest.raises(InvariantBroken, match=r"^step 3: the engine's log-probs differ from the actor's by 2"):
+        checker.after_step(3, {"actor/first_minibatch_log_ratio_abs": 2.0})
 
 
 def test_on_policy_first_minibatch():

@@ -148,7 +148,7 @@ def test_partial_rollouts_in_async_training_switch_versions_within_the_bound(tmp
             assert starts == sorted(starts) and all(s % 2 == 0 and s < max(length, 1) for s in starts[1:])
             assert versions == sorted(versions) and step - versions[0] <= 1 and versions[-1] <= step
             seen.append(len(switches))
-        for key in ("pg_loss", "actor/grad_norm", "actor/is_ratio_mean"):
+        for key in ("pg_loss", "actor/grad_norm", "rollout_corr/rollout_is_mean"):
             assert torch.isfinite(torch.tensor(float(m[key]))), key
     trainer.lifecycle.close()
     assert seen  # whether an update landed mid-generation depends on timing: the invariants hold either way

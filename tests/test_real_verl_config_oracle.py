@@ -27,8 +27,10 @@ KEYS = [f"{A}.{k}" for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", 
                             "ppo_epochs", "ppo_mini_batch_size", "shuffle", "fsdp_config.model_dtype")]
 KEYS += [f"{R}.{k}" for k in ("n", "temperature", "do_sample", "top_p", "top_k", "response_length")]
 KEYS += [f"algorithm.{k}" for k in ("adv_estimator", "norm_adv_by_std_in_grpo", "gamma", "lam", "use_kl_in_reward",
-                                    "kl_penalty", "kl_ctrl.type", "kl_ctrl.kl_coef", "rollout_correction.rollout_is",
-                                    "rollout_correction.rollout_is_threshold")]
+                                    "kl_penalty", "kl_ctrl.type", "kl_ctrl.kl_coef")]
+RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
+           "bypass_mode", "loss_type")
+KEYS += [f"algorithm.rollout_correction.{k}" for k in RC_KEYS] + [f"{R}.calculate_log_probs"]
 KEYS += ["data.train_batch_size", "data.max_prompt_length", "data.shuffle", "trainer.total_training_steps",
          "trainer.critic_warmup", f"{C}.cliprange_value", f"{C}.ppo_epochs", f"{C}.shuffle", f"{C}.loss_agg_mode",
          f"{C}.fsdp.model_dtype"]
@@ -47,6 +49,9 @@ def real_view(v: dict) -> dict:
     n = v[f"{R}.n"]
     mode = v[f"{A}.policy_loss.loss_mode"]
     loss = LOSS_MODES.get(mode, f"<{mode}>")
+    rc = {k: v[f"algorithm.rollout_correction.{k}"] for k in RC_KEYS}
+    if rc["bypass_mode"]:  # real verl's apply_bypass_mode: its bypass loss, whatever loss_mode says
+        loss = {"ppo_clip": "ppo", "reinforce": "reinforce"}[rc["loss_type"]]
     estimator = ESTIMATORS.get(v["algorithm.adv_estimator"], ("", f"<{v['algorithm.adv_estimator']}>"))[1]
     low = v[f"{A}.clip_ratio_low"] if v[f"{A}.clip_ratio_low"] is not None else v[f"{A}.clip_ratio"]
     high = v[f"{A}.clip_ratio_high"] if v[f"{A}.clip_ratio_high"] is not None else v[f"{A}.clip_ratio"]
@@ -64,8 +69,7 @@ def real_view(v: dict) -> dict:
         "entropy_coeff": v[f"{A}.entropy_coeff"], "use_kl_loss": v[f"{A}.use_kl_loss"],
         "use_kl_in_reward": v["algorithm.use_kl_in_reward"], "critic_warmup": v["trainer.critic_warmup"],
         "master_weights": str(v[f"{A}.fsdp_config.model_dtype"]).replace("float32", "fp32"),
-        "tis_cap": v["algorithm.rollout_correction.rollout_is_threshold"]
-        if v["algorithm.rollout_correction.rollout_is"] == "token" else 0.0,
+        "rollout_correction": real_correction(rc, v[f"{R}.calculate_log_probs"]),
     }
     # every loss: real verl's sapo and geo_mean fix their own term's aggregation, but their KL and entropy
     # terms follow loss_agg_mode
@@ -95,6 +99,29 @@ def real_view(v: dict) -> dict:
     return out
 
 
+def real_correction(rc: dict, engine_log_probs: bool) -> tuple:
+    """What real verl's rollout correction does, as (weights level, upper, lower, batch normalisation,
+    rejection rules, bypass, loss_type): its decoupled correction runs only with the engine's log-probs."""
+    from verl.algorithms.rollout_is import parse_is_threshold
+    from verl.algorithms.rollout_rs import parse_rejection
+
+    level = rc["rollout_is"] if engine_log_probs else None
+    upper, lower = parse_is_threshold(rc["rollout_is_threshold"]) if level else (2.0, None)
+    rejects = rc["rollout_rs"] and engine_log_probs
+    rules = parse_rejection(rc["rollout_rs"], rc["rollout_rs_threshold"]) if rejects else ()
+    return (level, upper, lower, bool(rc["rollout_is_batch_normalize"]) if level else False, rules,
+            bool(rc["bypass_mode"]), rc["loss_type"] if rc["bypass_mode"] else "ppo_clip")
+
+
+def our_correction(cfg) -> tuple:
+    """The same from our config (algorithm.rollout_correction, or the rollout.tis_cap shorthand)."""
+    from verl.algorithms.off_policy import correction_spec
+
+    c = correction_spec(cfg.rollout, cfg.algorithm.rollout_correction)
+    return (c.is_level, c.is_upper if c.is_level else 2.0, c.is_lower, c.batch_normalize, c.rules, c.bypass,
+            c.loss_type)
+
+
 def our_view(cfg, keys) -> dict:
     """The same values from our finalized config (`keys`: those real_view has for this script)."""
     from verl.workers.optim import critic_setting
@@ -109,7 +136,7 @@ def our_view(cfg, keys) -> dict:
         "data_shuffle": cfg.data.shuffle, "adv_estimator": a.adv_estimator, "policy_loss": a.policy_loss,
         "clip_ratio_low": a.clip_ratio_low, "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c,
         "entropy_coeff": a.entropy_coeff, "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward,
-        "critic_warmup": a.critic_warmup, "master_weights": "fp32", "tis_cap": r.tis_cap,
+        "critic_warmup": a.critic_warmup, "master_weights": "fp32", "rollout_correction": our_correction(cfg),
         "loss_agg_mode": a.loss_agg_mode, "norm_adv_by_std": a.norm_adv_by_std_in_grpo, "gpg_alpha": a.gpg_alpha,
         "kl_loss_coef": a.kl_loss_coef, "kl_estimator": a.kl_estimator, "kl_coef": a.kl_coef,
         "kl_ctrl": a.kl_ctrl.type, "gamma": a.gamma, "lam": a.lam, "critic_lr": t.critic_lr,
@@ -140,6 +167,12 @@ def differences(real: dict, ours: dict) -> list:
     return [f"{k}: real verl {real[k]!r}, here {ours[k]!r}" for k in real if not same(real[k], ours[k])]
 
 
+# refused for leaving rollout.n at real verl's 1 (their estimators compare samples here), compared with n = 2:
+# the scripts of the rollout correction (bypass mode, sequence weights, batch normalisation, rejection)
+TWO_SAMPLES = ("examples/rollout_correction/run_with_rollout_corr.sh",
+               "examples/rollout_correction/run_with_rollout_corr_multi_rs.sh")
+
+
 @pytest.fixture(scope="module")
 def scripts_that_train(tmp_path_factory):
     """[(name, tiny arguments, our finalized config)] of the scripts whose translation passes every check."""
@@ -154,11 +187,14 @@ def scripts_that_train(tmp_path_factory):
     for script in examples.scripts:
         args = ex.tiny_args(script, tmp_path_factory.mktemp("run").as_posix(), model, os.path.join(work, "real_verl"),
                             vision_model)
+        if script.name in TWO_SAMPLES:
+            args, name = args + [f"{R}.n=2"], script.name + " (rollout.n=2)"
         try:
             cfg = load_translated(translate(args))
         except ConfigError:
             continue  # refused with one line (docs/real_verl.md's table): nothing trains
-        found.append((script.name, args, cfg))
+        found.append((name if script.name in TWO_SAMPLES else script.name, args, cfg))
+    assert {n for n, _, _ in found} >= {n + " (rollout.n=2)" for n in TWO_SAMPLES}
     return found
 
 

@@ -1,6 +1,7 @@
 """Real verl's own example scripts and its reward / config-file features through our main_ppo
 (verl/trainer/example_scripts.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
 
+import dataclasses
 import json
 import os
 
@@ -47,6 +48,19 @@ def test_every_script_is_translated_as_the_doc_table_says():
     # the vision-language scripts (data.image_key) run on the tiny VL model: all but the custom-dataset one train
     vision = [s.name for s in load().scripts if is_vision(s)]
     assert len(vision) == 10 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
+
+
+@pytest.mark.parametrize("name", ["examples/rollout_correction/run_with_rollout_corr.sh",
+                                  "examples/rollout_correction/run_with_rollout_corr_multi_rs.sh"])
+def test_rollout_correction_scripts_train_with_two_samples(name, tmp_path, tiny_gpt2):
+    # the table refuses them for leaving rollout.n at real verl's 1 (rloo / grpo compare samples here); with
+    # n = 2 their rollout correction (sequence IS + batch norm + bypass reinforce; token IS + token_k1,seq_max_k2
+    # rejection + bypass ppo_clip) trains a step
+    examples = load()
+    script = next(s for s in examples.scripts if s.name == name)
+    script = dataclasses.replace(script, args=[*script.args, "actor_rollout_ref.rollout.n=2"])
+    provide_files(examples, str(tmp_path / "real_verl"))
+    assert outcome(script, str(tmp_path), tiny_gpt2, train=True, vision_model=VISION_MODEL) == TRAINS
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVE)
@@ -351,11 +365,21 @@ def test_critic_warmup_rollout_correction_and_gen_batch(tmp_path):
     # a linear warm-up over w steps runs step s at s / w, as real verl's: actor w = 2 -> 0, 1/2, 1; critic w = 1
     assert lrs(critic=False) == [0.0, 0.5, 1.0]
     assert lrs(critic=True) == [0.0, 1.0, 1.0]
-    cfg = load_translated(translate(base + ["algorithm.rollout_correction.rollout_is=token",
-                                            "algorithm.rollout_correction.rollout_is_threshold=3.0"]))
-    assert cfg.rollout.tis_cap == 3.0
-    with pytest.raises(ConfigError, match="rollout_is=sequence is not supported: sequence-level"):
-        translate(base + ["algorithm.rollout_correction.rollout_is=sequence"])
+    rc = "algorithm.rollout_correction"
+    cfg = load_translated(translate(base + [f"{rc}.rollout_is=token", f"{rc}.rollout_is_threshold=3.0"]))
+    assert (cfg.algorithm.rollout_correction.rollout_is, cfg.algorithm.rollout_correction.rollout_is_threshold,
+            cfg.rollout.tis_cap) == ("token", "3.0", 0.0)
+    cfg = load_translated(translate(base + [f"{rc}.rollout_is=sequence", f"{rc}.rollout_rs=seq_mean_k1",
+                                            f"{rc}.rollout_rs_threshold=0.999_1.001", f"{rc}.bypass_mode=true",
+                                            f"{rc}.loss_type=reinforce"]))
+    got = cfg.algorithm.rollout_correction
+    assert (got.rollout_is, got.rollout_rs, got.rollout_rs_threshold, got.bypass_mode, cfg.algorithm.policy_loss) == (
+        "sequence", "seq_mean_k1", "0.999_1.001", True, "reinforce")
+    with pytest.raises(ConfigError, match=r"calculate_log_probs=False\); real verl raises there too"):
+        translate(base + [f"{rc}.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=False"])
+    # decoupled without the engine's log-probs: real verl skips the correction, and so does the translation
+    cfg = load_translated(translate(base + [f"{rc}.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=False"]))
+    assert cfg.algorithm.rollout_correction.rollout_is is None
     with pytest.raises(ConfigError, match=r"real verl's data.gen_batch_size=6 is not supported.*dynamic_sampling"):
         translate(base + ["+data.gen_batch_size=6"])
     assert load_translated(translate(base + ["+data.gen_batch_size=2"])).training.batch_size == 2

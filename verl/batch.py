@@ -22,6 +22,8 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
     baseline_scores  (B,)   float  ReMax: reward of the greedy response to the same prompt
     reward_parts     (B, K) float  each reward component's unweighted score (kept for GDPO only)
     sum_pi_squared   (B, R) float  sum_v pi_old(v)^2 at each response position (kept for OTB only)
+    is_weights       (B, R) float  the rollout correction's importance weights, where the trainer computes
+                                   them for the whole batch (verl/algorithms/off_policy.py); else None
 
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.
@@ -70,6 +72,7 @@ class Batch:
     baseline_scores: Optional[Tensor] = None
     reward_parts: Optional[Tensor] = None
     sum_pi_squared: Optional[Tensor] = None
+    is_weights: Optional[Tensor] = None
     # Non-tensor, one entry per sequence
     prompt_text: list = field(default_factory=list)
     response_text: list = field(default_factory=list)

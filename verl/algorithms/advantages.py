@@ -192,6 +192,7 @@ class AdvantageInputs:
     reward_weights: Optional[Sequence[float]] = None  # (K,) their weights
     old_log_probs: Optional[Tensor] = None  # (B, R) log pi_old of the sampled tokens
     sum_pi_squared: Optional[Tensor] = None  # (B, R) sum_v pi_old(v)^2 at each position
+    is_weights: Optional[Tensor] = None  # (B, R) the rollout correction's weights (optimal_token_baseline reads them)
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std: bool = True

@@ -155,4 +155,4 @@ def _gdpo(x: AdvantageInputs):
 @estimator("optimal_token_baseline", compares_group=True, needs_sum_pi_squared=True)
 def _optimal_token_baseline(x: AdvantageInputs):
     return compute_optimal_token_baseline(x.need("token_rewards"), x.mask, x.need("group_ids"),
-                                          x.need("old_log_probs"), x.need("sum_pi_squared"))
+                                          x.need("old_log_probs"), x.need("sum_pi_squared"), x.is_weights)

@@ -5,6 +5,8 @@ equivalent here. The rows of verl.compat.real_verl.TABLE name them (`custom(conv
 
 from __future__ import annotations
 
+from typing import Optional
+
 from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
                                    same_value)
 from verl.errors import ConfigError
@@ -58,6 +60,9 @@ def dual_clip(value, ctx, key):
     """Real verl's vanilla loss is its only one that reads clip_ratio_c (gspo, clip_cov and the
     others have no dual clip): set for ppo only."""
     mode = ctx.get(f"{ACTOR}.policy_loss.loss_mode")
+    bypass = bypass_loss_type(ctx)  # bypass mode: ppo_clip runs the vanilla loss, reinforce has no dual clip
+    if bypass is not None:
+        mode = "vanilla" if bypass == "ppo_clip" else "reinforce (bypass mode)"
     if LOSS_MODES.get(mode) != "ppo":
         if ctx.given(key):
             ctx.notes.append(f"ignored {key}={value}: real verl's {mode} loss has no dual clip (nor has ours)")
@@ -104,6 +109,13 @@ def kl_penalty(value, ctx, key):
 
 
 def loss_mode(value, ctx, key):
+    """The policy loss; in bypass mode real verl runs its bypass loss whatever loss_mode says: ppo_clip is
+    its vanilla loss (ours: ppo), reinforce -A w log pi (ours: reinforce)."""
+    bypass = bypass_loss_type(ctx)
+    if bypass is not None:
+        if value != "vanilla":
+            ctx.notes.append(f"ignored {key}={value}: real verl's bypass mode runs its {bypass} loss instead")
+        return {"algorithm.policy_loss": {"ppo_clip": "ppo", "reinforce": "reinforce"}[bypass]}
     return {"algorithm.policy_loss": pick(value, key, LOSS_MODES)}
 
 
@@ -191,16 +203,58 @@ def critic_warmup(value, ctx, key):
     return {"training.critic_warmup_steps": int(ratio * ctx.total_steps())}
 
 
+RC = "algorithm.rollout_correction"
+
+
+def _engine_log_probs(ctx) -> bool:
+    """Real verl has the engine's log-probs only with rollout.calculate_log_probs (its default: true);
+    without them its decoupled correction is skipped and its bypass mode raises."""
+    value = ctx.get(f"{ROLLOUT}.calculate_log_probs")
+    return True if value is None else as_bool(value, f"{ROLLOUT}.calculate_log_probs")
+
+
+def _corrects(ctx, key, value) -> bool:
+    if _engine_log_probs(ctx):
+        return True
+    ctx.notes.append(f"ignored {key}={value}: without {ROLLOUT}.calculate_log_probs real verl has no engine "
+                     f"log-probs and skips the correction")
+    return False
+
+
 def rollout_is(value, ctx, key):
-    """Real verl's rollout correction: token-level weights min(pi / pi_rollout, threshold) are our
-    truncated importance sampling (rollout.tis_cap); null is off."""
-    if value is None:
+    """Real verl's importance weights (token | sequence) with their threshold (a number: truncation;
+    "lower_upper": IcePop) and batch normalisation: algorithm.rollout_correction's own keys."""
+    if value is None or not _corrects(ctx, key, value):
         return {}
-    if value != "token":
-        raise refuse(key, value, "sequence-level importance weights; 'token' (= rollout.tis_cap) or null is "
-                                 "accepted")
-    return {"rollout.tis_cap": as_float(ctx.get("algorithm.rollout_correction.rollout_is_threshold"),
-                                        "algorithm.rollout_correction.rollout_is_threshold")}
+    level = pick(value, key, {"token": "token", "sequence": "sequence"})
+    return {f"{RC}.rollout_is": level, f"{RC}.rollout_is_threshold": str(ctx.get(f"{RC}.rollout_is_threshold")),
+            f"{RC}.rollout_is_batch_normalize": as_bool(ctx.get(f"{RC}.rollout_is_batch_normalize"),
+                                                        f"{RC}.rollout_is_batch_normalize")}
+
+
+def rollout_rs(value, ctx, key):
+    """Real verl's rejection sampling (its options, comma-separated) with rollout_rs_threshold."""
+    if value is None or not _corrects(ctx, key, value):
+        return {}
+    threshold = ctx.get(f"{RC}.rollout_rs_threshold")
+    return {f"{RC}.rollout_rs": str(value), f"{RC}.rollout_rs_threshold": None if threshold is None else str(threshold)}
+
+
+def bypass_mode(value, ctx, key):
+    """true: the engine's log-probs as pi_old, loss_type's loss (the policy loss follows: loss_mode)."""
+    if not as_bool(value, key):
+        return {}
+    if not _engine_log_probs(ctx):
+        raise refuse(key, value, f"bypass mode without the engine's log-probs ({ROLLOUT}.calculate_log_probs=False); "
+                                 "real verl raises there too")
+    return {f"{RC}.bypass_mode": True, f"{RC}.loss_type": bypass_loss_type(ctx)}
+
+
+def bypass_loss_type(ctx) -> Optional[str]:
+    """loss_type when bypass mode is on (ppo_clip | reinforce), else None."""
+    if not as_bool(ctx.get(f"{RC}.bypass_mode") or False, f"{RC}.bypass_mode"):
+        return None
+    return pick(ctx.get(f"{RC}.loss_type"), f"{RC}.loss_type", {"ppo_clip": "ppo_clip", "reinforce": "reinforce"})
 
 
 def quantization(value, ctx, key):

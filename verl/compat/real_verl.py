@@ -365,18 +365,27 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
     ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
-    ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "rollout.tis_cap", default=None,
-                                                       note="token: truncated importance sampling at "
-                                                            "rollout_is_threshold; sequence is refused")),
-    ("algorithm.rollout_correction.rollout_is_threshold", reads("rollout.tis_cap with rollout_is=token",
-                                                                default=2.0)),
-    ("algorithm.rollout_correction.rollout_is_batch_normalize", only(False, why="batch-normalized importance "
-                                                                                "weights")),
-    ("algorithm.rollout_correction.rollout_rs", only(None, why="rejection sampling of off-policy samples")),
-    ("algorithm.rollout_correction.rollout_rs_threshold", ignored("used with rollout_rs only")),
-    ("algorithm.rollout_correction.bypass_mode", only(False, why="the rollout's log-probs as pi_old (bypass "
-                                                                  "mode)")),
-    ("algorithm.rollout_correction.loss_type", only("ppo_clip", why="bypass-mode losses")),
+    ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "algorithm.rollout_correction.rollout_is",
+                                                       default=None,
+                                                       note="token | sequence importance weights pi_old / pi_engine "
+                                                            "(docs/algorithms.md#rollout-correction)")),
+    ("algorithm.rollout_correction.rollout_is_threshold", reads("algorithm.rollout_correction.rollout_is_threshold "
+                                                                "with rollout_is", default=2.0,
+                                                                note="U: truncation; 'L_U': IcePop")),
+    ("algorithm.rollout_correction.rollout_is_batch_normalize", reads(
+        "algorithm.rollout_correction.rollout_is_batch_normalize with rollout_is", default=False)),
+    ("algorithm.rollout_correction.rollout_rs", custom(conv.rollout_rs, "algorithm.rollout_correction.rollout_rs",
+                                                       default=None, note="rejection sampling: token_k1, "
+                                                                          "seq_mean_k1, seq_max_k2, ... "
+                                                                          "(comma-separated)")),
+    ("algorithm.rollout_correction.rollout_rs_threshold", reads("algorithm.rollout_correction.rollout_rs_threshold "
+                                                                "with rollout_rs", default=None)),
+    ("algorithm.rollout_correction.bypass_mode", custom(conv.bypass_mode, "algorithm.rollout_correction.bypass_mode",
+                                                        default=False, note="the engine's log-probs as pi_old; "
+                                                                            "the policy loss is loss_type's")),
+    ("algorithm.rollout_correction.loss_type", reads("algorithm.rollout_correction.loss_type and algorithm."
+                                                     "policy_loss with bypass_mode", default="ppo_clip",
+                                                     note="ppo_clip | reinforce")),
     ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
     ("trainer.total_epochs", custom(conv.total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verl.config.keys import Section, key
+from verl.config.rollout_correction import RolloutCorrectionConfig
 from verl.errors import ConfigError
 
 
@@ -96,6 +97,8 @@ class AlgorithmConfig(Section):
     dynamic_sampling: DynamicSamplingConfig = key(factory=DynamicSamplingConfig)
     overlong_penalty: OverlongPenaltyConfig = key(factory=OverlongPenaltyConfig)
     mask_truncated: bool = False  # drop responses that hit max_new_tokens from the loss
+    # Engine -> pi_old correction (importance weights, rejection, bypass mode): verl/config/rollout_correction.py
+    rollout_correction: RolloutCorrectionConfig = key(factory=RolloutCorrectionConfig)
 
     def validate(self, path: str) -> None:
         if self.clip_ratio_c and self.clip_ratio_c <= 1:
@@ -111,6 +114,7 @@ def apply_preset(algo: AlgorithmConfig) -> None:
     from verl.algorithms.presets import PRESETS
 
     partial = PRESETS[algo.name]
+    _bypass_loss(algo)
     fixed = _fixed_agg_mode(algo.policy_loss or partial.get("policy_loss"))
     if fixed and algo.loss_agg_mode is None:  # the loss's own aggregation before any preset default
         algo.loss_agg_mode = fixed
@@ -118,6 +122,23 @@ def apply_preset(algo: AlgorithmConfig) -> None:
     if algo.clip_ratio_high is None:
         algo.clip_ratio_high = algo.clip_ratio_low
     algo.check(AlgorithmConfig.SECTION)
+
+
+def _bypass_loss(algo: AlgorithmConfig) -> None:
+    """Bypass mode runs the loss its loss_type names (ppo_clip: ppo, reinforce: reinforce), as real
+    verl's does whatever its loss_mode says: unset, policy_loss takes it; another one is refused."""
+    rc = algo.rollout_correction
+    if not rc.bypass_mode:
+        return
+    from verl.algorithms.off_policy import LOSS_TYPES
+
+    wanted = LOSS_TYPES[rc.loss_type]
+    if algo.policy_loss is None:
+        algo.policy_loss = wanted
+    elif algo.policy_loss != wanted:
+        raise ConfigError(f"algorithm.policy_loss: {algo.policy_loss} with algorithm.rollout_correction.bypass_mode: "
+                          f"the bypass loss_type {rc.loss_type} runs the {wanted} loss; remove policy_loss or set it "
+                          f"to {wanted}")
 
 
 def _loss(policy_loss: str):

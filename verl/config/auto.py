@@ -60,14 +60,14 @@ def _resolve_quantization_defaults(cfg) -> None:
     """rollout.quantization: fp8 computes rollouts with other weights than the actor's: the mismatch is
     corrected (rollout.tis_cap 2.0, real verl's rollout_is_threshold default), measured on every step
     (rollout.logprob_check_every 1) and expected to be larger (training.logprob_diff_warn 0.25). Keys the
-    user set keep their values."""
+    user set keep their values; a correction set in algorithm.rollout_correction replaces the 2.0."""
     from verl.config.rollout import DEFAULT_CHECK_EVERY, FP8_CHECK_EVERY, FP8_TIS_CAP
     from verl.config.training import DEFAULT_DIFF_WARN, FP8_DIFF_WARN
 
     r, t = cfg.rollout, cfg.training
     fp8 = r.quantization == "fp8"
-    if r.tis_cap is None:
-        r.tis_cap = FP8_TIS_CAP if fp8 else 0.0
+    if r.tis_cap is None:  # a correction given as algorithm.rollout_correction is the user's: no shorthand then
+        r.tis_cap = FP8_TIS_CAP if fp8 and not cfg.algorithm.rollout_correction.enabled else 0.0
     if r.logprob_check_every is None:
         r.logprob_check_every = FP8_CHECK_EVERY if fp8 else DEFAULT_CHECK_EVERY
     if t.logprob_diff_warn is None:

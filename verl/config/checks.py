@@ -49,6 +49,9 @@ def check(cfg) -> None:
         raise ConfigError(f"training.micro_batch_size: {t.micro_batch_size} must divide training.mini_batch_size "
                           f"{t.mini_batch_size}")
 
+    if r.tis_cap > 0 and a.rollout_correction.enabled:
+        raise ConfigError("rollout.tis_cap: the shorthand of algorithm.rollout_correction, which is set too; give "
+                          "the correction in one place (rollout.tis_cap: 0, or no algorithm.rollout_correction keys)")
     if cfg.distributed.backend == "ray":
         _check_ray(cfg)
     if r.restart_on_failure and (cfg.distributed.backend != "ray" or cfg.distributed.rollout == "driver"):

@@ -86,8 +86,9 @@ class RolloutConfig(Section):
     # the engine's dtype), quantized at every weight sync; the actor trains in its own precision
     # (verl/rollout/fp8_vllm.py). It turns on the correction and the per-step check below by default.
     quantization: Optional[str] = key(None, choices=QUANTIZATIONS)
-    # Importance correction engine -> pi_old (verl/algorithms/off_policy.py); 0 = off. is_mode truncate:
-    # weight tokens by min(pi_old/pi_engine, tis_cap); mask: weight 1 inside [1/tis_cap, tis_cap], else 0.
+    # Importance correction engine -> pi_old, the shorthand of algorithm.rollout_correction
+    # (verl/algorithms/off_policy.py); 0 = off. is_mode truncate: weight tokens by min(pi_old/pi_engine,
+    # tis_cap); mask: tokens whose ratio is outside [1/tis_cap, tis_cap] leave the loss (its denominator too).
     # None: 0, or FP8_TIS_CAP (real verl's rollout_is_threshold default) under quantization: fp8
     tis_cap: Optional[float] = key(None, ge=0)
     is_mode: str = key("truncate", choices="verl.algorithms.off_policy:IS_MODES")
@@ -128,10 +129,11 @@ class RolloutConfig(Section):
     def is_multi_turn(self) -> bool:
         return bool(self.tools or self.environment)
 
-    def engine_log_probs_every_step(self, async_enabled: bool) -> bool:
+    def engine_log_probs_every_step(self, async_enabled: bool, correction: bool = False) -> bool:
         """Whether the loss reads the engine's log-probs, so that every step needs them (see
-        logprob_check_every): async training, the importance correction, multi-turn trajectories."""
-        return bool(async_enabled or (self.tis_cap or 0) > 0 or self.is_multi_turn)
+        logprob_check_every): async training, the importance correction (rollout.tis_cap, or
+        `correction`: algorithm.rollout_correction on), multi-turn trajectories."""
+        return bool(async_enabled or (self.tis_cap or 0) > 0 or correction or self.is_multi_turn)
 
     @property
     def response_budget(self) -> int:

@@ -32,21 +32,26 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return out * (response_mask.sum(dim=1, keepdim=True) > 0)
 
 
-def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float,
-                   reward_weights: Optional[list] = None) -> tuple[Batch, dict]:
+def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float, reward_weights: Optional[list] = None,
+                   score_mask=None) -> tuple[Batch, dict]:
     """Fill token_level_scores/rewards, advantages and returns.
 
     token_level_rewards = scores on the last token - kl_coef * KL(old || ref) per token
     (when use_kl_in_reward); outcome estimators use its per-sequence sum. `reward_weights`:
     the reward components' weights, for the estimators that read batch.reward_parts (gdpo).
+    `score_mask` (B, R): the response mask before the rollout correction rejected tokens (None: the
+    batch's), on which the scores are placed and the KL penalty is taken.
     """
     a = algorithm_cfg
     mask = batch.response_mask
+    # the rewards sit on the response before the rollout correction's rejection (real verl's order:
+    # reward and KL penalty, then rejection, then the estimator over the tokens that remain)
+    score_mask = mask if score_mask is None else score_mask
     metrics = {}
-    batch.token_level_scores = place_on_last_token(batch.scores, mask)
+    batch.token_level_scores = place_on_last_token(batch.scores, score_mask)
     if a.use_kl_in_reward:
         batch.token_level_rewards, mean_kl = apply_kl_in_reward(
-            batch.token_level_scores, batch.old_log_probs, batch.ref_log_probs, mask, kl_coef, a.kl_estimator)
+            batch.token_level_scores, batch.old_log_probs, batch.ref_log_probs, score_mask, kl_coef, a.kl_estimator)
         metrics["actor/kl_in_reward"] = float(mean_kl)
         metrics["actor/kl_coef"] = kl_coef
     else:
@@ -57,7 +62,7 @@ def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float,
         group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo,
         gpg_alpha=a.gpg_alpha, group_of_one=a.group_of_one,
         reward_parts=batch.reward_parts, reward_weights=reward_weights, old_log_probs=batch.old_log_probs,
-        sum_pi_squared=batch.sum_pi_squared)
+        sum_pi_squared=batch.sum_pi_squared, is_weights=batch.is_weights)
     if ESTIMATORS[a.adv_estimator].whiten:  # gae: PPO normalises advantages per batch
         advantages = masked_whiten(advantages, mask)
     batch.advantages, batch.returns = advantages, returns

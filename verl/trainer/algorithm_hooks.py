@@ -22,8 +22,10 @@ from verl.batch import Batch
 
 
 class AlgorithmHooks:
-    def __init__(self, algorithm_cfg, sampling):
+    def __init__(self, algorithm_cfg, sampling, correction=None):
+        """correction: the run's rollout correction (verl.algorithms.off_policy.CorrectionSpec; None: off)."""
         self.cfg = algorithm_cfg
+        self.correction = correction
         self.sampling = sampling
         self.greedy = copy.copy(sampling)
         self.greedy.greedy, self.greedy.n = True, 1
@@ -79,9 +81,12 @@ class AlgorithmHooks:
         """log pi_old may come from the actor update's first forward (the actor decides whether
         its own settings allow it): not when the reward needs pi_old before the update (KL in the
         reward), nor when the advantages read pi_old (the optimal token baseline), nor when the actor
-        does not update this step (critic warm-up)."""
+        does not update this step (critic warm-up), nor when the rollout correction needs the whole
+        batch with pi_old before the update (rejection, batch-normalised weights)."""
         reads_pi_old = ESTIMATORS[self.cfg.adv_estimator].needs_sum_pi_squared
-        return not self.cfg.use_kl_in_reward and not reads_pi_old and global_step >= self.cfg.critic_warmup
+        batch_pass = self.correction is not None and self.correction.needs_batch_pass
+        return (not self.cfg.use_kl_in_reward and not reads_pi_old and not batch_pass
+                and global_step >= self.cfg.critic_warmup)
 
     def updates_actor(self, global_step: int) -> bool:
         return global_step >= self.cfg.critic_warmup

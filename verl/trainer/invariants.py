@@ -19,6 +19,9 @@
    Not checked where the engine samples with older weights by design (async_training with
    max_staleness > 0, partial rollouts): the difference is then the policy's change.
 
+In bypass mode (algorithm.rollout_correction.bypass_mode) pi_old is the engine's, so the first mini-batch's
+log-ratio is the engine-vs-actor difference: it is checked as check 2 is, and check 1 does not apply.
+
 `training.check_invariants: false` turns both off. A stop is `InvariantBroken` (exit 1): nothing of the
 step is saved beyond what was saved before; the checkpoint of the last good step is the one to resume from.
 """
@@ -47,11 +50,16 @@ class InvariantChecker:
         self.diff_warn, self.diff_stop = float(t.logprob_diff_warn), float(t.logprob_diff_stop)
         a = config.async_training
         self.stale_by_design = bool(a.enable and (a.max_staleness > 0 or a.partial_rollout))
+        self.bypass = bool(config.algorithm.rollout_correction.bypass_mode)
         self.say = say
         self.diff_streak = 0
 
     def after_step(self, step: int, metrics: dict) -> None:
         if not self.enabled:
+            return
+        if self.bypass:  # pi_old = the engine: the first mini-batch's log-ratio is the engine-vs-actor gap
+            if not self.stale_by_design:
+                self._engine_diff(step, metrics.get(FIRST_RATIO_KEY))
             return
         self._on_policy(step, metrics.get(FIRST_RATIO_KEY))
         if not self.stale_by_design:

@@ -17,10 +17,11 @@ from verl.rollout.base import SamplingParams
 
 
 class StepSampling:
-    def __init__(self, rollout_cfg, async_enabled: bool):
+    def __init__(self, rollout_cfg, async_enabled: bool, correction: bool = False):
+        """correction: algorithm.rollout_correction is on (the loss reads the engine's log-probs)."""
         self.base = SamplingParams.from_config(rollout_cfg)
         self.check_every = rollout_cfg.logprob_check_every
-        self.every_step = self.check_every == 1 or rollout_cfg.engine_log_probs_every_step(async_enabled)
+        self.every_step = self.check_every == 1 or rollout_cfg.engine_log_probs_every_step(async_enabled, correction)
         self._first_step: Optional[int] = None  # the first step this process generated for
 
     def for_step(self, step: int) -> SamplingParams:

@@ -21,6 +21,7 @@ from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.kl import build_kl_controller
 from verl.algorithms.off_policy import engine_kl
 from verl.algorithms.masked import masked_mean
+from verl.algorithms.off_policy import correct, correction_spec
 from verl.backends import build_backend
 from verl.batch import Batch
 from verl.checkpoint.full_state import RunState
@@ -68,8 +69,11 @@ class Trainer:
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
                                            functions=self.inputs.functions)
         self.reward_weights = self.reward.weights  # the components' weights (GDPO combines its parts with them)
-        self.sampling = StepSampling(cfg.rollout, cfg.async_training.enable)  # with or without engine log-probs
-        self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling.base)  # the algorithm's special cases
+        # the rollout correction (algorithm.rollout_correction or rollout.tis_cap): verl/algorithms/off_policy.py
+        self.correction = correction_spec(cfg.rollout, cfg.algorithm.rollout_correction)
+        self.sampling = StepSampling(cfg.rollout, cfg.async_training.enable,  # with or without engine log-probs
+                                     correction=self.correction.enabled)
+        self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling.base, self.correction)  # special cases
         # The roles, in this process or as Ray worker groups: the same methods either way.
         self.backend = build_backend(cfg)
         roles = self.backend.build_roles(cfg, self.tokenizer, self.device, self.reward)
@@ -114,7 +118,8 @@ class Trainer:
         self.compute_ref_log_probs(batch)
         self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
-        self.compute_advantages(batch)                                    # 4.
+        score_mask = self.correct_rollout(batch)                          # rejection, importance weights
+        self.compute_advantages(batch, score_mask)                        # 4.
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
@@ -140,6 +145,12 @@ class Trainer:
     def compute_old_log_probs(self, batch: Batch) -> None:
         """log pi_old now, unless (the algorithm allowing, the actor deciding) it comes from the
         update's own first forward: then there is no stage to time."""
+        if self.correction.bypass:  # the engine's log-probs are pi_old: nothing to compute
+            if batch.rollout_log_probs is None:
+                raise RuntimeError("algorithm.rollout_correction.bypass_mode: the engine returned no log-probs "
+                                   "of the sampled tokens")
+            batch.old_log_probs, self.actor.last_entropy = batch.rollout_log_probs, None
+            return
         may_defer = self.algorithm.may_defer_pi_old(self.global_step)
         if not self.actor.defers_old_log_probs(batch, may_defer):
             self._old_log_probs(batch, may_defer)
@@ -163,10 +174,30 @@ class Trainer:
         if self.critic is not None:
             batch.values = self.critic.compute_values(batch)
 
+    def correct_rollout(self, batch: Batch):
+        """Decoupled rollout correction of the whole batch, pi_old against the engine: rejected tokens leave
+        batch.response_mask, the weights go to batch.is_weights (verl/algorithms/off_policy.py). Returns the
+        mask before the rejection (the rewards are placed on it), or None when nothing was done: bypass mode
+        corrects per micro-batch in the update, and pi_old taken from the update's first forward is only
+        allowed for weights the actor then computes per micro-batch."""
+        spec = self.correction
+        if (not spec.enabled or spec.bypass or batch.old_log_probs is None
+                or batch.rollout_log_probs is None):
+            return None
+        return self._correct_rollout(batch)
+
+    @stage("rollout_correction")
+    def _correct_rollout(self, batch: Batch):
+        before = batch.response_mask
+        weights, batch.response_mask, self._parts["rollout_correction"] = correct(
+            batch.old_log_probs, batch.rollout_log_probs, before, self.correction)
+        batch.is_weights = weights
+        return before
+
     @stage("advantages")
-    def compute_advantages(self, batch: Batch) -> None:
+    def compute_advantages(self, batch: Batch, score_mask=None) -> None:
         _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value,
-                                                      self.reward_weights)
+                                                      self.reward_weights, score_mask=score_mask)
 
     @stage("update_critic")
     def update_critic(self, batch: Batch) -> None:
@@ -193,18 +224,19 @@ class Trainer:
             "reward/max": float(batch.scores.max()),
             "reward/min": float(batch.scores.min()),
             "actor/kl": policy_kl(batch),
-            "actor/entropy": float(masked_mean(entropy, mask)) if mask.sum() > 0 else 0.0,
             "response_length/mean": float(lengths.mean()),
             "response_length/max": float(lengths.max()),
             "response_length/clip_ratio": float(sum(batch.truncated) / max(1, len(batch))),
         }
-        if batch.rollout_log_probs is not None:
+        if entropy is not None:  # none in bypass mode (no pi_old pass)
+            m["actor/entropy"] = float(masked_mean(entropy, mask)) if mask.sum() > 0 else 0.0
+        if batch.rollout_log_probs is not None and not self.correction.bypass:  # bypass: pi_old is the engine's
             # Engine vs actor log-probs on the sampled tokens: large means stale weights.
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
             m["rollout/engine_kl"] = engine_kl(batch.old_log_probs, batch.rollout_log_probs, mask)
         m.update(experience.metrics)
-        for name in ("advantages", "critic", "actor", "sync"):
+        for name in ("rollout_correction", "advantages", "critic", "actor", "sync"):
             m.update(self._parts.get(name) or {})
         m.update(self.timer.metrics())
         m["perf/tokens_per_s"] = n_tokens / max(m["timing_s/step"], 1e-9)

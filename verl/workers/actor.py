@@ -29,7 +29,7 @@ from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.aggregation import aggregate_loss
 from verl.algorithms.distillation import distillation_token_losses
 from verl.algorithms.kl import kl_penalty
-from verl.algorithms.off_policy import importance_weights
+from verl.algorithms.off_policy import CorrectionSpec, correct, correction_spec
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
@@ -50,14 +50,15 @@ class Actor(TrainingState):
     param_copy_supported = True  # model.mixed_precision: param_copy (single-process only)
 
     def __init__(self, model_cfg, training_cfg, algorithm_cfg, device: torch.device, micro: MicroBatching, *,
-                 seed: int, max_response_len: int, temperature: float = 1.0, tis_cap: float = 0.0,
-                 is_mode: str = "truncate", distillation=None,
+                 seed: int, max_response_len: int, temperature: float = 1.0,
+                 correction: CorrectionSpec | None = None, distillation=None,
                  model: torch.nn.Module | None = None, adapt_to_memory: bool = True):
         """model_cfg, training_cfg, algorithm_cfg: the config's model, training and algorithm
-        sections; max_response_len, temperature, tis_cap: rollout.max_new_tokens, the sampling
-        temperature, rollout.tis_cap; seed: the mini-batch shuffler's. adapt_to_memory: a token
-        budget from the free GPU memory and the out-of-memory retry (off on FSDP ranks). distillation: the
-        config's distillation section (its loss joins the update's when enabled)."""
+        sections; max_response_len, temperature: rollout.max_new_tokens, the sampling temperature;
+        correction: the rollout correction (verl.algorithms.off_policy; None: off); seed: the
+        mini-batch shuffler's. adapt_to_memory: a token budget from the free GPU memory and the
+        out-of-memory retry (off on FSDP ranks). distillation: the config's distillation section (its
+        loss joins the update's when enabled)."""
         self.training, self.algorithm = training_cfg, algorithm_cfg
         self.distillation = distillation if distillation is not None and distillation.enable else None
         self.device = device
@@ -91,8 +92,8 @@ class Actor(TrainingState):
             self.param_copy.watch(self.optimizer)
         self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")
         self.scheduler = build_scheduler(self.optimizer, t)
-        self.max_response_len, self.temperature, self.tis_cap = max_response_len, temperature, tis_cap
-        self.is_mode = is_mode
+        self.max_response_len, self.temperature = max_response_len, temperature
+        self.correction = correction or CorrectionSpec()
         self.generator = torch.Generator().manual_seed(seed)  # mini-batch shuffling
         self.adapt_to_memory = adapt_to_memory
         self.budget = TokenBudget.maybe(
@@ -110,8 +111,9 @@ class Actor(TrainingState):
         r = config.rollout
         return dict(model_cfg=config.model, training_cfg=config.training, algorithm_cfg=config.algorithm,
                     micro=MicroBatching.from_training(config.training), seed=config.seed,
-                    max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0, tis_cap=r.tis_cap,
-                    is_mode=r.is_mode, distillation=config.distillation)
+                    max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0,
+                    correction=correction_spec(r, config.algorithm.rollout_correction),
+                    distillation=config.distillation)
 
     @classmethod
     def from_config(cls, config, device: torch.device, model: torch.nn.Module | None = None, **kwargs) -> "Actor":
@@ -272,14 +274,9 @@ class Actor(TrainingState):
         {metric: contribution to the mini-batch total}, {metric: micro-batch mean})."""
         a = self.algorithm
         mask = mb.response_mask
-        is_weights, is_stats = None, {}
-        if self.tis_cap > 0 and mb.rollout_log_probs is not None:
-            # Importance correction between the engine that sampled (stale weights, another kernel) and
-            # pi_old: truncated or masked (rollout.is_mode), at rollout.tis_cap (verl.algorithms.off_policy).
-            is_weights, is_stats = importance_weights(mb.old_log_probs, mb.rollout_log_probs, mask, self.is_mode,
-                                                      self.tis_cap)
+        pg_mask, is_weights, corr_stats = self._rollout_correction(mb, logp, mask)
         pg_loss, pg_metrics = compute_policy_loss(
-            a.policy_loss, logp, mb.old_log_probs, mb.advantages, mask,
+            a.policy_loss, logp, mb.old_log_probs, mb.advantages, pg_mask,
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, is_weights=is_weights, params=a.loss_params, **counts)
         loss = pg_loss
@@ -295,9 +292,26 @@ class Actor(TrainingState):
             sums["actor/kl_loss"] = kl_term.detach()
         if self.distillation is not None:
             loss = self._with_distillation(loss, mb, logp, counts, sums)
-        pg_metrics.update({f"is_{k}": v for k, v in is_stats.items()})
-        return loss, sums, {f"actor/{k}": v for k, v in pg_metrics.items()}
+        return loss, sums, {**{f"actor/{k}": v for k, v in pg_metrics.items()}, **corr_stats}
 
+    def _rollout_correction(self, mb: Batch, logp, mask):
+        """(the policy-gradient term's mask (b, r'), importance weights (b, r') or None, metrics) of one
+        micro-batch (verl.algorithms.off_policy). Decoupled: the weights the trainer computed for the
+        batch (its rejection is already in the mask), or, where pi_old comes from this update's first
+        forward, token/sequence weights of pi_old here. Bypass: pi_theta (detached) against the
+        engine, per micro-batch; rejected tokens leave the numerator, counts keep the denominator."""
+        spec = self.correction
+        if mb.is_weights is not None:
+            return mask, mb.is_weights, {}
+        if not spec.enabled or mb.rollout_log_probs is None:
+            return mask, None, {}
+        if spec.bypass:
+            weights, pg_mask, stats = correct(logp.detach(), mb.rollout_log_probs, mask, spec)
+            return pg_mask, weights if spec.applies_weights else None, stats
+        if spec.is_level and not spec.needs_batch_pass:
+            weights, _, stats = correct(mb.old_log_probs, mb.rollout_log_probs, mask, spec)
+            return mask, weights, stats
+        return mask, None, {}
 
     def _with_distillation(self, task_loss, mb: Batch, logp, counts: dict, sums: dict) -> torch.Tensor:
         """L_task + coef x L_distill, or L_distill alone without the task reward (verl/algorithms/distillation.py)."""
