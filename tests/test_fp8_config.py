@@ -39,6 +39,9 @@ def test_explicit_values_win_under_fp8():
                      "training.logprob_diff_warn=0.5")
     assert (cfg.rollout.tis_cap, cfg.rollout.logprob_check_every, cfg.training.logprob_diff_warn) == (0.0, 5, 0.5)
     assert gpu_config("rollout.quantization=fp8", "rollout.tis_cap=3").rollout.tis_cap == 3.0
+    # a correction given in algorithm.rollout_correction replaces the shorthand's 2.0
+    cfg = gpu_config("rollout.quantization=fp8", "algorithm.rollout_correction.rollout_is=sequence")
+    assert cfg.rollout.tis_cap == 0.0 and cfg.algorithm.rollout_correction.rollout_is == "sequence"
 
 
 @pytest.mark.parametrize("overrides, platform, message", [
@@ -83,10 +86,13 @@ def test_real_verl_quantization_key(tmp_path):
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.quantization_config_file=a.json"):
         translate(base + ["actor_rollout_ref.rollout.quantization=fp8",
                           "actor_rollout_ref.rollout.quantization_config_file=a.json"])
-    # real verl's token-level rollout correction with fp8: its threshold is rollout.tis_cap
+    # real verl's token-level rollout correction with fp8: kept as algorithm.rollout_correction, which then
+    # replaces fp8's default truncation at 2.0 (rollout.tis_cap stays 0: the correction is given once)
     tr = translate(base + ["actor_rollout_ref.rollout.quantization=fp8", "algorithm.rollout_correction.rollout_is=token",
                            "algorithm.rollout_correction.rollout_is_threshold=3.0"])
-    assert "rollout.tis_cap=3.0" in tr.overrides
+    assert 'algorithm.rollout_correction.rollout_is="token"' in tr.overrides
+    assert 'algorithm.rollout_correction.rollout_is_threshold="3.0"' in tr.overrides
+    assert not any(o.startswith("rollout.tis_cap") for o in tr.overrides)
 
 
 def test_engine_kl_k3():
