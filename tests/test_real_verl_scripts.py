@@ -313,8 +313,13 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
                                       "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
                                       "+reward_model.reward_kwargs.overlong_buffer_cfg.len=16"]))
     assert (dapo.algorithm.overlong_penalty.enable, dapo.algorithm.overlong_penalty.buffer_len) == (True, 16)
-    with pytest.raises(ConfigError, match="Megatron"):
-        translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}"])
+    # real verl's packaged Megatron config is ppo_trainer with model_engine=megatron: Megatron's optimizer here
+    meg = translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}",
+                     "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
+    assert meg.values["training.weight_decay_1d"] is False and meg.values["training.lr_scheduler"] == "constant"
+    assert not any(n.startswith("read ") for n in meg.notes) and any(n.startswith("model_engine=megatron") for n in
+                                                                     meg.notes)
     with pytest.raises(ConfigError, match=r"--config-name=nope: no file .*nope.yaml"):
         translate([f"--config-path={tmp_path}/cfg", "--config-name=nope"])
     (tmp_path / "cfg" / "bad.yaml").write_text("defaults: [ppo_trainer]\nactor_rollout_ref: {actor: {strategy: megatron}}\n")

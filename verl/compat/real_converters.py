@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
                                    same_value)
+from verl.compat.real_engines import fsdp_only
 from verl.errors import ConfigError
 
 # real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
@@ -146,12 +147,15 @@ SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
 
 def scheduler(value, ctx, key):
+    """The FSDP optimizer's schedule (with model_engine=megatron, lr_decay_style's: real_engines)."""
+    if not fsdp_only(ctx, key):
+        return {}
     return {"training.lr_scheduler": pick(value, key, SCHEDULERS)}
 
 
 def critic_scheduler(value, ctx, key):
     """The critic's own schedule (real verl's critic.optim; its warmup_style, when given, wins)."""
-    if value is None:
+    if value is None or not fsdp_only(ctx, key):
         return {}
     old = ctx.get("critic.optim.warmup_style")
     if old is not None and key != "critic.optim.warmup_style":
@@ -274,6 +278,9 @@ def override_optimizer(value, ctx, key):
         if name not in OPTIMIZER_MEMORY_ONLY:
             raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
                          "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
+        if ctx.given(key):  # e.g. Megatron's optimizer_cpu_offload: the same update, elsewhere or faster
+            ctx.notes.append(f"ignored {key}.{name}={value[name]}: the optimizer's memory/speed setting; the same "
+                             f"update here (training.offload_optimizer offloads its state)")
     return {}
 
 
