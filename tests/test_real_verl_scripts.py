@@ -18,7 +18,8 @@ VISION_MODEL = f"tiny:{VISION_FAMILY}"  # the stand-in of real verl's vision-lan
 # A representative set, trained for one step each: PPO with a critic (the canonical script), GRPO on
 # real verl's default GSM8K + MATH list (per-data_source rewards), LoRA, a reward model, the DAPO
 # reward manager with GSPO, an SGLang script, one with --config-path/--config-name, a custom
-# compute_score and sampled validation, REINFORCE++ and RLOO, and a vision-language script (geo3k with
+# compute_score and sampled validation, REINFORCE++ and RLOO, a Megatron one (ppo_megatron_trainer: PPO
+# with a critic, parallel sizes, dist checkpointing), and a vision-language script (geo3k with
 # LoRA and exclude_modules, on the tiny Qwen2.5-VL; tests/test_main_ppo_vl.py trains the other geo3k ones).
 REPRESENTATIVE = [
     "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh",
@@ -31,6 +32,7 @@ REPRESENTATIVE = [
     "examples/ppo_trainer/run_qwen2-7b_sglang_seq_balance.sh",
     "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf.sh",
     "examples/rloo_trainer/run_qwen2-7b.sh",
+    "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh",  # Megatron's config, PPO with a critic
 ]
 
 
@@ -42,8 +44,11 @@ def test_every_script_is_translated_as_the_doc_table_says():
     assert not wrong, "run: python -m verl.trainer.example_scripts --write"
     for name, line in doc.items():  # a refusal is main_ppo's one line for bad input, never a crash
         assert line == TRAINS or "\n" not in line and "--debug for the traceback" not in line, (name, line)
-    megatron = [n for n in doc if "megatron" in n.lower()]
-    assert megatron and all("Megatron" in doc[n] for n in megatron)
+    # real verl's Megatron scripts (--config-name=ppo_megatron_trainer) train on FSDP2 here, or are refused for
+    # a named setting of their own (LoRA through Megatron's bridge, MoE routing replay, ...), never for the config
+    megatron = [s.name for s in load().scripts if any("ppo_megatron_trainer" in a for a in s.args)]
+    assert len(megatron) == 30 and sum(doc[n] == TRAINS for n in megatron) >= 24
+    assert not [n for n in megatron if "--config-name" in doc[n] or "Megatron config" in doc[n]]
     # the vision-language scripts (data.image_key) run on the tiny VL model: all but the custom-dataset one train
     vision = [s.name for s in load().scripts if is_vision(s)]
     assert len(vision) == 10 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
