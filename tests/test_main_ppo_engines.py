@@ -118,3 +118,12 @@ def test_fsdp_min_lr_ratio_and_betas(base):
         translate(base + [f"{A}.optim.betas=[0.9,0.95]"])
     with pytest.raises(ConfigError, match=rf"{A}.optim.min_lr_ratio: must be in \[0, 1\]"):
         translate(base + [f"{A}.optim.min_lr_ratio=2"])
+
+
+def test_override_config_reads_its_model_config_entry_as_real_verl(base):
+    # real verl's HFModelConfig: override_config.model_config, when there, is the override (the Megatron scripts')
+    tr = meg(base, "+actor_rollout_ref.model.override_config.model_config.max_position_embeddings=256",
+             "+actor_rollout_ref.model.override_config.max_position_embeddings=512")
+    assert tr.values["model.override_config"] == {"max_position_embeddings": 256}
+    with pytest.raises(ConfigError, match=r"override_config.model_config=.*expected a mapping"):
+        translate(base + ["+actor_rollout_ref.model.override_config.model_config=3"])

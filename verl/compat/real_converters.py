@@ -273,6 +273,15 @@ def mapping(example: str):
     return convert
 
 
+def model_override(value, key: str) -> dict:
+    """model.override_config: config.json fields to replace; a `model_config` entry holds them instead, as
+    real verl's HFModelConfig reads it (the Megatron scripts' form: its other entries are then not read)."""
+    fields = mapping("{max_position_embeddings: 32768}")(value, key)
+    if "model_config" in fields:
+        return mapping("{max_position_embeddings: 32768}")(fields["model_config"], f"{key}.model_config")
+    return fields
+
+
 def override_optimizer(value, ctx, key):
     for name in dict(value or {}):
         if name not in OPTIMIZER_MEMORY_ONLY:

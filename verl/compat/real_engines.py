@@ -28,8 +28,6 @@ from verl.compat.real_keys import (ACTOR, ARR, as_bool, as_float, as_int, custom
 from verl.errors import ConfigError
 
 REF = f"{ARR}.ref"
-SECTIONS = {ACTOR: "actor", "critic": "critic"}  # optimizer sections -> our role
-ENGINES = ("dp", "megatron")  # model_engine values trained here
 LAYOUT = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
           "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
 # Megatron's lr_decay_style -> our training.lr_scheduler (OptimizerParamScheduler.get_lr; WSD is refused)
@@ -231,7 +229,7 @@ def recompute(value, ctx, key):
 
 def transformer_override(value, ctx, key):
     """override_transformer_config.<name>: fusions, kernels and the pipeline's split are noted; MoE dispatch
-    is noted ({NOT_TESTED}); recompute_* goes to gradient checkpointing; anything else (it would change the
+    is noted (MoE models are not tested here yet); recompute_* goes to gradient checkpointing; anything else (it would change the
     model's computation) is refused."""
     _megatron_only(ctx, key)
     name = key.rsplit(".", 1)[1]

@@ -109,9 +109,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
                                             "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
-    (f"{ARR}.model.override_config", to("model.override_config", conv.mapping("{max_position_embeddings: 32768}"),
+    (f"{ARR}.model.override_config", to("model.override_config", conv.model_override,
                                         dict_value=True,
-                                        note="config.json fields replaced for the actor, reference and engine")),
+                                        note="config.json fields replaced for the actor, reference and engine; "
+                                             "a model_config entry holds them instead (Megatron's form)")),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
     (f"{ARR}.model.use_shm", ignored(_ENGINE)),
     (f"{ARR}.model.use_liger", ignored("fused kernels: " + _ENGINE)),
