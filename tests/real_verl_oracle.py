@@ -9,7 +9,8 @@ tensors and settings}, {"kind": "score", "data_source", "response", "ground_trut
 "scheduler": "constant" | "cosine", "warmup", "total", "steps"} (real verl's schedulers, as its FSDP
 engine builds them), {"kind": "corr", ...} (its decoupled rollout correction of a batch: weights and
 rejection mask), {"kind": "bypass", ...} (its bypass-mode policy loss) or {"kind": "config", "overrides":
-[...], "keys": [...]} (real verl's own Hydra config, ppo_trainer.yaml, composed with a script's overrides; a key it does not have is added, a value
+[...], "keys": [...]} (real verl's own Hydra config, ppo_trainer.yaml or the case's "config_name"
+(ppo_megatron_trainer), composed with a script's overrides; a key it does not have is added, a value
 its Hydra cannot parse is quoted, both named in the result); results.pt: one dict per case (loss and
 d loss / d log_probs, advantages and returns, the score and a dict result's other entries, the learning
 rate of each step, or the resolved values of `keys` with the optimizer's after real verl's
@@ -143,7 +144,7 @@ def _run_config(case):
             warnings.simplefilter("ignore")
             while True:
                 try:
-                    cfg = compose(config_name="ppo_trainer", overrides=overrides)
+                    cfg = compose(config_name=case.get("config_name", "ppo_trainer"), overrides=overrides)
                     break
                 except ConfigCompositionException as exc:
                     missing = re.match(r"Could not override '([^']+)'", str(exc))
@@ -164,8 +165,11 @@ def _run_config(case):
 
             for section in ("actor_rollout_ref.actor", "critic"):
                 optim = omega_conf_to_dataclass(OmegaConf.select(cfg, f"{section}.optim"))
-                for name in ("clip_grad", "lr_scheduler_type", "lr", "lr_warmup_steps", "lr_warmup_steps_ratio",
-                             "weight_decay", "min_lr_ratio", "num_cycles"):
+                # FSDPOptimizerConfig's schedule, or McoreOptimizerConfig's (Megatron's OptimizerParamScheduler)
+                megatron = ("lr_decay_style", "min_lr", "lr_warmup_init", "lr_decay_steps", "optimizer")
+                fsdp = ("lr_scheduler_type", "min_lr_ratio", "num_cycles", "optimizer")
+                for name in ("clip_grad", "lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "weight_decay",
+                             *(megatron if hasattr(optim, "lr_decay_style") else fsdp)):
                     values[f"{section}.optim.{name}"] = getattr(optim, name)
     except Exception as exc:  # the script is not valid in real verl 0.9.1: say why
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}

@@ -186,7 +186,8 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     ("reward.reward_manager.name=prime", "real verl's reward.reward_manager.name=prime is not supported"),
     ("distillation.enabled=True", "real verl's distillation.enabled=True is not supported"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path"),
-    ("--config-name=ppo_megatron_trainer", "--config-name"),
+    ("model_engine=veomni", "real verl's model_engine=veomni is not supported"),
+    ("actor_rollout_ref.actor.optim.lr_decay_style=cosine", "read by its Megatron engine only"),
 ])
 def test_unsupported_key_or_value_is_one_line_exit_2(data, tmp_path, capsys, arg, named):
     train, val = data

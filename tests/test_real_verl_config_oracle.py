@@ -1,7 +1,10 @@
 """Key by key: for every example script of real verl that trains a step here (verl/compat/example_scripts.txt,
 with the harness's tiny sizes, verl/trainer/example_scripts.py), real verl 0.9.1's own Hydra config
-(ppo_trainer.yaml composed with the same arguments, in real verl's process: tests/real_verl_oracle.py)
-and our translation agree on every value that changes training.
+(ppo_trainer.yaml, or ppo_megatron_trainer.yaml for the Megatron scripts, composed with the same arguments,
+in real verl's process: tests/real_verl_oracle.py) and our translation agree on every value that changes
+training. The Megatron scripts' optimizer is read as real verl's Megatron engine reads it: lr_decay_style
+and min_lr (over lr) for the schedule, warm-up steps from the ratio x lr_decay_steps (the run's steps when
+null), no weight decay on 1-D weights, float32 main weights.
 
 Each value is compared as the update reads it: real verl's optimizer keys after its OptimizerConfig,
 clip_ratio_low/high null read as clip_ratio, the dual clip only for the vanilla loss (the only real
@@ -31,16 +34,33 @@ KEYS += [f"algorithm.{k}" for k in ("adv_estimator", "norm_adv_by_std_in_grpo", 
 RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
            "bypass_mode", "loss_type")
 KEYS += [f"algorithm.rollout_correction.{k}" for k in RC_KEYS] + [f"{R}.calculate_log_probs"]
-KEYS += ["data.train_batch_size", "data.max_prompt_length", "data.shuffle", "trainer.total_training_steps",
+KEYS += ["model_engine", "data.train_batch_size", "data.max_prompt_length", "data.shuffle", "trainer.total_training_steps",
          "trainer.critic_warmup", f"{C}.cliprange_value", f"{C}.ppo_epochs", f"{C}.shuffle", f"{C}.loss_agg_mode",
          f"{C}.fsdp.model_dtype"]
 
 
 def warmup_steps(v: dict, section: str, total: int) -> int:
-    """Real verl's engine: lr_warmup_steps when > 0, else int(ratio x total steps)."""
+    """Real verl's engine: lr_warmup_steps when > 0, else int(ratio x total steps) (Megatron's: x its
+    lr_decay_steps, the total steps when null)."""
     steps = v[f"{section}.optim.lr_warmup_steps"]
-    steps = steps if steps is not None and steps > 0 else int(v[f"{section}.optim.lr_warmup_steps_ratio"] * total)
+    decay = v.get(f"{section}.optim.lr_decay_steps") or total
+    steps = steps if steps is not None and steps > 0 else int(v[f"{section}.optim.lr_warmup_steps_ratio"] * decay)
     return steps
+
+
+MEGATRON_STYLES = {"constant": "constant", "linear": "linear", "cosine": "cosine",
+                   "inverse-square-root": "inverse_sqrt"}
+
+
+def schedule(v: dict, section: str) -> tuple:
+    """(our lr_scheduler, the floor over lr that schedule reads, or None where it reads none): real verl's
+    FSDP optimizer (lr_scheduler_type, min_lr_ratio for cosine) or its Megatron one (lr_decay_style, min_lr)."""
+    o = f"{section}.optim"
+    if f"{o}.lr_decay_style" in v:  # McoreOptimizerConfig: OptimizerParamScheduler
+        kind = MEGATRON_STYLES.get(v[f"{o}.lr_decay_style"], f"<{v[f'{o}.lr_decay_style']}>")
+        return kind, None if kind == "constant" else v[f"{o}.min_lr"] / v[f"{o}.lr"]
+    kind = v[f"{o}.lr_scheduler_type"]
+    return kind, (v[f"{o}.min_lr_ratio"] or 0.0) if kind == "cosine" else None
 
 
 def real_view(v: dict) -> dict:
@@ -55,9 +75,13 @@ def real_view(v: dict) -> dict:
     estimator = ESTIMATORS.get(v["algorithm.adv_estimator"], ("", f"<{v['algorithm.adv_estimator']}>"))[1]
     low = v[f"{A}.clip_ratio_low"] if v[f"{A}.clip_ratio_low"] is not None else v[f"{A}.clip_ratio"]
     high = v[f"{A}.clip_ratio_high"] if v[f"{A}.clip_ratio_high"] is not None else v[f"{A}.clip_ratio"]
+    megatron = v["model_engine"] == "megatron"
+    kind, floor = schedule(v, A)
     out = {
         "lr": v[f"{A}.optim.lr"], "weight_decay": v[f"{A}.optim.weight_decay"],
-        "lr_scheduler": v[f"{A}.optim.lr_scheduler_type"], "warmup_steps": warmup_steps(v, A, total),
+        # Megatron's optimizer groups biases and 1-D weights at wd_mult 0 (get_standard_config_overrides)
+        "weight_decay_1d": not megatron,
+        "lr_scheduler": kind, "warmup_steps": warmup_steps(v, A, total),
         "grad_clip": v[f"{A}.optim.clip_grad"], "epochs": v[f"{A}.ppo_epochs"],
         "mini_batch_sequences": v[f"{A}.ppo_mini_batch_size"] * n, "shuffle_minibatches": v[f"{A}.shuffle"],
         "batch_prompts": v["data.train_batch_size"], "total_steps": total, "n": n,
@@ -68,9 +92,12 @@ def real_view(v: dict) -> dict:
         "clip_ratio_c": v[f"{A}.clip_ratio_c"] if loss == "ppo" else 0.0,
         "entropy_coeff": v[f"{A}.entropy_coeff"], "use_kl_loss": v[f"{A}.use_kl_loss"],
         "use_kl_in_reward": v["algorithm.use_kl_in_reward"], "critic_warmup": v["trainer.critic_warmup"],
-        "master_weights": str(v[f"{A}.fsdp_config.model_dtype"]).replace("float32", "fp32"),
+        # Megatron's optimizer keeps float32 main weights of its bf16 ones (Float16OptimizerWithFloat16Params)
+        "master_weights": "fp32" if megatron else str(v[f"{A}.fsdp_config.model_dtype"]).replace("float32", "fp32"),
         "rollout_correction": real_correction(rc, v[f"{R}.calculate_log_probs"]),
     }
+    if floor is not None:
+        out["min_lr_ratio"] = floor
     # every loss: real verl's sapo and geo_mean fix their own term's aggregation, but their KL and entropy
     # terms follow loss_agg_mode
     out["loss_agg_mode"] = v[f"{A}.loss_agg_mode"]
@@ -88,8 +115,11 @@ def real_view(v: dict) -> dict:
                    critic_warmup_steps=warmup_steps(v, C, total), cliprange_value=v[f"{C}.cliprange_value"],
                    critic_grad_clip=v[f"{C}.optim.clip_grad"], critic_epochs=v[f"{C}.ppo_epochs"],
                    critic_shuffle=v[f"{C}.shuffle"], critic_weight_decay=v[f"{C}.optim.weight_decay"],
-                   critic_lr_scheduler=v[f"{C}.optim.lr_scheduler_type"],
-                   critic_master_weights=str(v[f"{C}.fsdp.model_dtype"]).replace("float32", "fp32"))
+                   critic_lr_scheduler=schedule(v, C)[0],
+                   critic_master_weights="fp32" if megatron else str(v[f"{C}.fsdp.model_dtype"]).replace(
+                       "float32", "fp32"))
+        if schedule(v, C)[1] is not None:
+            out["critic_min_lr_ratio"] = schedule(v, C)[1]
     if loss == "clip_cov":
         out.update({k: v[f"{A}.policy_loss.{k}"] for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")})
     if loss == "kl_cov":
@@ -128,7 +158,9 @@ def our_view(cfg, keys) -> dict:
 
     t, a, r, p = cfg.training, cfg.algorithm, cfg.rollout, cfg.algorithm.loss_params
     every = {
-        "lr": t.lr, "weight_decay": t.weight_decay, "lr_scheduler": t.lr_scheduler, "warmup_steps": t.warmup_steps,
+        "lr": t.lr, "weight_decay": t.weight_decay, "weight_decay_1d": t.weight_decay_1d, "min_lr_ratio": t.min_lr_ratio,
+        "critic_min_lr_ratio": critic_setting(t, "min_lr_ratio"),
+        "lr_scheduler": t.lr_scheduler, "warmup_steps": t.warmup_steps,
         "grad_clip": t.grad_clip, "epochs": t.num_epochs, "mini_batch_sequences": t.mini_batch_size,
         "shuffle_minibatches": t.shuffle_minibatches, "batch_prompts": t.batch_size, "total_steps": t.total_steps,
         "n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
@@ -155,6 +187,12 @@ def hydra_args(args: list) -> list:
     home = os.path.expanduser("~")
     return [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].replace("~/", home + "/") for a in args
             if not a.startswith("-")]
+
+
+def config_name(args: list) -> str:
+    """The packaged config a script composes: ppo_megatron_trainer for --config-name=ppo_megatron_trainer(.yaml)."""
+    names = [a.split("=", 1)[1] for a in args if a.startswith("--config-name=")]
+    return names[-1].removesuffix(".yaml") if names else "ppo_trainer"
 
 
 def same(x, y) -> bool:
@@ -200,10 +238,14 @@ def scripts_that_train(tmp_path_factory):
 
 def test_every_training_script_trains_with_real_verls_values(scripts_that_train, tmp_path):
     assert len(scripts_that_train) >= 30  # the harness's scripts that train a step (36 at the time of writing)
-    cases = [dict(kind="config", overrides=hydra_args(args), keys=KEYS) for _, args, _ in scripts_that_train]
+    cases = [dict(kind="config", overrides=hydra_args(args), keys=KEYS, config_name=config_name(args))
+             for _, args, _ in scripts_that_train]
     # the ones that name a config name real verl's own (--config-path=config is main_ppo's folder there)
     assert {a for _, args, _ in scripts_that_train for a in args if a.startswith("--config-name")} <= {
-        "--config-name=ppo_trainer", "--config-name=ppo_trainer.yaml"}
+        "--config-name=ppo_trainer", "--config-name=ppo_trainer.yaml", "--config-name=ppo_megatron_trainer",
+        "--config-name=ppo_megatron_trainer.yaml"}
+    megatron = [name for (name, _, _), case in zip(scripts_that_train, cases) if case["config_name"] != "ppo_trainer"]
+    assert len(megatron) >= 24  # compared against real verl's composed ppo_megatron_trainer config
     real = run_real_verl(cases, tmp_path)
     errors = {name: got["error"] for (name, _, _), got in zip(scripts_that_train, real) if "error" in got}
     assert not errors, errors
@@ -219,12 +261,17 @@ def test_every_training_script_trains_with_real_verls_values(scripts_that_train,
 
 def test_the_comparison_sees_a_difference(scripts_that_train, tmp_path):
     # the check itself: a translation that kept actor.grad_clip, dropped the dual clip of the vanilla loss or
-    # shuffled the mini-batches would be reported
-    name, args, cfg = next(s for s in scripts_that_train if LOSS_MODES.get(
-        next((a.split("=", 1)[1] for a in s[1] if a.startswith(f"{A}.policy_loss.loss_mode=")), "vanilla")) == "ppo")
-    got = run_real_verl([dict(kind="config", overrides=hydra_args(args), keys=KEYS)], tmp_path)[0]["values"]
-    want = real_view(got)
-    cfg.training.grad_clip, cfg.algorithm.clip_ratio_c, cfg.training.shuffle_minibatches = 0.5, 0.0, True
-    diff = differences(want, our_view(cfg, want))
-    assert [d.split(":")[0] for d in diff] == [k for k in want if k in ("grad_clip", "shuffle_minibatches",
-                                                                        "clip_ratio_c")], (name, diff)
+    # shuffled the mini-batches would be reported, and (a Megatron script) one that decayed 1-D weights
+    for megatron in (False, True):
+        name, args, cfg = next(s for s in scripts_that_train if LOSS_MODES.get(next(
+            (a.split("=", 1)[1] for a in s[1] if a.startswith(f"{A}.policy_loss.loss_mode=")), "vanilla")) == "ppo"
+            and (config_name(s[1]) == "ppo_megatron_trainer") == megatron)
+        got = run_real_verl([dict(kind="config", overrides=hydra_args(args), keys=KEYS, config_name=config_name(args))],
+                            tmp_path)[0]["values"]
+        want = real_view(got)
+        cfg.training.grad_clip, cfg.algorithm.clip_ratio_c, cfg.training.shuffle_minibatches = 0.5, 0.0, True
+        cfg.training.weight_decay_1d = not cfg.training.weight_decay_1d
+        diff = differences(want, our_view(cfg, want))
+        assert [d.split(":")[0] for d in diff] == [k for k in want if k in (
+            "weight_decay_1d", "grad_clip", "shuffle_minibatches", "clip_ratio_c")], (name, diff)
+        assert want["weight_decay_1d"] is not megatron, name

@@ -19,7 +19,8 @@ VISION_MODEL = f"tiny:{VISION_FAMILY}"  # the stand-in of real verl's vision-lan
 # A representative set, trained for one step each: PPO with a critic (the canonical script), GRPO on
 # real verl's default GSM8K + MATH list (per-data_source rewards), LoRA, a reward model, the DAPO
 # reward manager with GSPO, an SGLang script, one with --config-path/--config-name, a custom
-# compute_score and sampled validation, REINFORCE++ and RLOO, and a vision-language script (geo3k with
+# compute_score and sampled validation, REINFORCE++ and RLOO, a Megatron one (ppo_megatron_trainer: PPO
+# with a critic, parallel sizes, dist checkpointing), and a vision-language script (geo3k with
 # LoRA and exclude_modules, on the tiny Qwen2.5-VL; tests/test_main_ppo_vl.py trains the other geo3k ones).
 REPRESENTATIVE = [
     "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh",
@@ -32,6 +33,7 @@ REPRESENTATIVE = [
     "examples/ppo_trainer/run_qwen2-7b_sglang_seq_balance.sh",
     "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf.sh",
     "examples/rloo_trainer/run_qwen2-7b.sh",
+    "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh",  # Megatron's config, PPO with a critic
 ]
 
 
@@ -43,8 +45,11 @@ def test_every_script_is_translated_as_the_doc_table_says():
     assert not wrong, "run: python -m verl.trainer.example_scripts --write"
     for name, line in doc.items():  # a refusal is main_ppo's one line for bad input, never a crash
         assert line == TRAINS or "\n" not in line and "--debug for the traceback" not in line, (name, line)
-    megatron = [n for n in doc if "megatron" in n.lower()]
-    assert megatron and all("Megatron" in doc[n] for n in megatron)
+    # real verl's Megatron scripts (--config-name=ppo_megatron_trainer) train on FSDP2 here, or are refused for
+    # a named setting of their own (LoRA through Megatron's bridge, MoE routing replay, ...), never for the config
+    megatron = [s.name for s in load().scripts if any("ppo_megatron_trainer" in a for a in s.args)]
+    assert len(megatron) == 30 and sum(doc[n] == TRAINS for n in megatron) >= 24
+    assert not [n for n in megatron if "--config-name" in doc[n] or "Megatron config" in doc[n]]
     # the vision-language scripts (data.image_key) run on the tiny VL model: all but the custom-dataset one train
     vision = [s.name for s in load().scripts if is_vision(s)]
     assert len(vision) == 10 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
@@ -327,8 +332,13 @@ def test_config_name_reads_a_real_verl_yaml_and_overrides_win(tmp_path):
                                       "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
                                       "+reward_model.reward_kwargs.overlong_buffer_cfg.len=16"]))
     assert (dapo.algorithm.overlong_penalty.enable, dapo.algorithm.overlong_penalty.buffer_len) == (True, 16)
-    with pytest.raises(ConfigError, match="Megatron"):
-        translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}"])
+    # real verl's packaged Megatron config is ppo_trainer with model_engine=megatron: Megatron's optimizer here
+    meg = translate(["--config-path=config", "--config-name=ppo_megatron_trainer", f"data.train_files={train}",
+                     "actor_rollout_ref.model.path=tiny:gpt2", "data.train_batch_size=2",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
+    assert meg.values["training.weight_decay_1d"] is False and meg.values["training.lr_scheduler"] == "constant"
+    assert not any(n.startswith("read ") for n in meg.notes) and any(n.startswith("model_engine=megatron") for n in
+                                                                     meg.notes)
     with pytest.raises(ConfigError, match=r"--config-name=nope: no file .*nope.yaml"):
         translate([f"--config-path={tmp_path}/cfg", "--config-name=nope"])
     (tmp_path / "cfg" / "bad.yaml").write_text("defaults: [ppo_trainer]\nactor_rollout_ref: {actor: {strategy: megatron}}\n")

@@ -204,7 +204,8 @@ def test_warmup_and_schedules_equal_real_verls(tmp_path):
 
     ours = {}
     for kind, warmup, total in SCHEDULES:
-        training = SimpleNamespace(warmup_steps=warmup, critic_warmup_steps=None, total_steps=total, lr_scheduler=kind)
+        training = SimpleNamespace(warmup_steps=warmup, critic_warmup_steps=None, total_steps=total, lr_scheduler=kind,
+                                   min_lr_ratio=0.0)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         scheduler, lrs = build_scheduler(opt, training), []
         for _ in range(total):

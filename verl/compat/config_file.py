@@ -8,7 +8,7 @@ as if typed before the command line's own overrides (those win). Hydra's `defaul
 followed: entries naming another YAML of the same folder are read first (the file's own keys
 win, as with `_self_` last); `ppo_trainer` is real verl's packaged config, whose values are the
 defaults the translation table already applies, so it adds nothing; `ppo_megatron_trainer` is
-refused (Megatron). Without a file of that name in the folder, the names `ppo_trainer` and
+ppo_trainer with `model_engine: megatron` there, and that one key here (verl.compat.real_engines). Without a file of that name in the folder, the names `ppo_trainer` and
 `ppo_megatron_trainer` mean the packaged configs too (real verl resolves a relative
 --config-path against its own package; `--config-path=config` in its examples is that).
 Hydra's `???` (a required value) is skipped; `hydra:` and `_target_` entries are dropped.
@@ -22,7 +22,7 @@ from typing import Any, Optional
 from verl.config.yaml_io import read_yaml
 from verl.errors import ConfigError
 
-PACKAGED = ("ppo_trainer", "ppo_megatron_trainer")
+PACKAGED = ("ppo_trainer", "ppo_megatron_trainer", "ppo_trainer.yaml", "ppo_megatron_trainer.yaml")
 
 
 def split_options(argv: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
@@ -73,8 +73,7 @@ def _read(path: Optional[str], name: str, seen: tuple) -> dict:
         if stem == "ppo_trainer":
             return {}  # real verl's packaged defaults: the translation table applies them
         if stem == "ppo_megatron_trainer":
-            raise ConfigError(f"--config-name={name}: real verl's Megatron config is not supported: this project "
-                              f"trains with FSDP2 (use its ppo_trainer config, the default)")
+            return {"model_engine": "megatron"}  # real verl's: ppo_trainer with `override model_engine: megatron`
         raise ConfigError(f"--config-name={name}: no file {os.path.join(path or '.', stem + '.yaml')} "
                           f"(--config-path is read relative to the working directory)")
     if where in seen:

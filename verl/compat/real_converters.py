@@ -9,6 +9,7 @@ from typing import Optional
 
 from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
                                    same_value)
+from verl.compat.real_engines import fsdp_only
 from verl.errors import ConfigError
 
 # real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
@@ -159,12 +160,15 @@ SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
 
 def scheduler(value, ctx, key):
+    """The FSDP optimizer's schedule (with model_engine=megatron, lr_decay_style's: real_engines)."""
+    if not fsdp_only(ctx, key):
+        return {}
     return {"training.lr_scheduler": pick(value, key, SCHEDULERS)}
 
 
 def critic_scheduler(value, ctx, key):
     """The critic's own schedule (real verl's critic.optim; its warmup_style, when given, wins)."""
-    if value is None:
+    if value is None or not fsdp_only(ctx, key):
         return {}
     old = ctx.get("critic.optim.warmup_style")
     if old is not None and key != "critic.optim.warmup_style":
@@ -335,11 +339,23 @@ def mapping(example: str):
     return convert
 
 
+def model_override(value, key: str) -> dict:
+    """model.override_config: config.json fields to replace; a `model_config` entry holds them instead, as
+    real verl's HFModelConfig reads it (the Megatron scripts' form: its other entries are then not read)."""
+    fields = mapping("{max_position_embeddings: 32768}")(value, key)
+    if "model_config" in fields:
+        return mapping("{max_position_embeddings: 32768}")(fields["model_config"], f"{key}.model_config")
+    return fields
+
+
 def override_optimizer(value, ctx, key):
     for name in dict(value or {}):
         if name not in OPTIMIZER_MEMORY_ONLY:
             raise refuse(f"{key}.{name}", value[name], "extra optimizer arguments that change the update; the "
                          "optimizer here is AdamW with lr, betas (0.9, 0.999), weight_decay")
+        if ctx.given(key):  # e.g. Megatron's optimizer_cpu_offload: the same update, elsewhere or faster
+            ctx.notes.append(f"ignored {key}.{name}={value[name]}: the optimizer's memory/speed setting; the same "
+                             f"update here (training.offload_optimizer offloads its state)")
     return {}
 
 

@@ -15,7 +15,8 @@ no entry is refused with one line (`verl.compat.translate`). A converter refuses
 change results and has no equivalent here (ConfigError: one line, exit 2). docs/real_verl.md's
 table is rendered from `TABLE` (`verl.compat.doc_table`); a test keeps the two equal. The entry type, value
 checks and converter factories are in `verl.compat.real_keys`; converters that read other keys in
-`verl.compat.real_converters`; the reward and vision-language rows in real_rewards.py / real_verl_vision.py.
+`verl.compat.real_converters`; the reward, vision-language and other engines' rows in real_rewards.py /
+real_verl_vision.py / real_engines.py.
 
 Units (real verl -> here): `data.train_batch_size` counts prompts, as `training.batch_size` does;
 `ppo_mini_batch_size` counts prompts and is multiplied by `rollout.n` (our `training.mini_batch_size`
@@ -29,6 +30,7 @@ from typing import Optional
 from verl.compat import real_converters as conv
 from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
                                    ignored, module_names, only, reads, same_as, to)
+from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
 from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
 
@@ -107,9 +109,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
                                             "model (peft's merge_and_unload) and give that folder as model.path")),
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
-    (f"{ARR}.model.override_config", to("model.override_config", conv.mapping("{max_position_embeddings: 32768}"),
+    (f"{ARR}.model.override_config", to("model.override_config", conv.model_override,
                                         dict_value=True,
-                                        note="config.json fields replaced for the actor, reference and engine")),
+                                        note="config.json fields replaced for the actor, reference and engine; "
+                                             "a model_config entry holds them instead (Megatron's form)")),
     (f"{ARR}.model.custom_chat_template", only(None, why="a custom chat template")),
     (f"{ARR}.model.use_shm", ignored(_ENGINE)),
     (f"{ARR}.model.use_liger", ignored("fused kernels: " + _ENGINE)),
@@ -121,7 +124,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.hybrid_engine", ignored("generation and training always share the devices here")),
     (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
     # ---- actor
-    (f"{ACTOR}.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
     (f"{ACTOR}.ppo_mini_batch_size", custom(conv.mini_batch, "training.mini_batch_size = value x rollout.n",
                                             default=256, note="prompts (real) -> sequences (here)")),
     (f"{ACTOR}.ppo_micro_batch_size", custom(conv.global_micro, "training.micro_batch_size = value / devices",
@@ -186,8 +188,6 @@ _ENTRIES: list[tuple[str, dict]] = [
                                                                      "a GPU as real verl, float32 on the CPU")),
     (f"{ACTOR}.optim.lr", to("training.lr", as_float, default=1e-6)),
     (f"{ACTOR}.optim.weight_decay", to("training.weight_decay", as_float, default=0.01, note="AdamW; actor and critic")),
-    (f"{ACTOR}.optim.betas", only([0.9, 0.999], why="other Adam betas")),
-    (f"{ACTOR}.optim.optimizer", only("AdamW", why="other optimizers")),
     (f"{ACTOR}.optim.optimizer_impl", only("torch.optim", why="other optimizer libraries")),
     (f"{ACTOR}.optim.override_optimizer_config", custom(conv.override_optimizer, "(checked)", dict_value=True,
                                                          note="memory/speed-only entries (" + ", ".join(
@@ -203,7 +203,6 @@ _ENTRIES: list[tuple[str, dict]] = [
                                               note="<= 0: from lr_warmup_steps_ratio")),
     (f"{ACTOR}.optim.lr_warmup_steps_ratio", custom(conv.warmup_ratio, "training.warmup_steps = ratio x total steps",
                                                     default=0.0, phase=2)),
-    (f"{ACTOR}.optim.min_lr_ratio", only(None, 0.0, why="a cosine floor above 0")),
     (f"{ACTOR}.optim.num_cycles", only(0.5, why="other cosine cycle counts")),
     (f"{ACTOR}.optim.total_training_steps", ignored("set from the run's total steps")),
     # ---- reference policy
@@ -283,7 +282,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.val_kwargs.top_k", reads("data.val_top_k with do_sample", default=-1)),
     # ---- critic
     ("critic.enable", custom(conv.critic_enable, "(checked)", default=None, note="null: a critic exactly for gae")),
-    ("critic.strategy", only("fsdp", "fsdp2", why="Megatron; several devices use FSDP2 here")),
     ("critic.model.path", custom(conv.critic_path, "critic.name", real_default="~/models/deepseek-llm-7b-chat",
                                  note="not given: the actor's model")),
     ("critic.model.tokenizer_path", ignored("the critic reads the actor's text with its own tokenizer here")),
@@ -318,9 +316,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.optim.clip_grad", custom(conv.critic_clip_grad, "training.critic_grad_clip", default=1.0,
                                       note="the critic's own, as real verl's; optim.grad_clip (older name) wins")),
     ("critic.optim.grad_clip", reads("training.critic_grad_clip, over critic.optim.clip_grad", default=None)),
-    ("critic.optim.betas", only([0.9, 0.999], why="other Adam betas")),
-    ("critic.optim.optimizer", only("AdamW", why="other optimizers")),
-    ("critic.optim.min_lr_ratio", only(None, 0.0, why="a cosine floor above 0")),
     ("critic.optim.num_cycles", only(0.5, why="other cosine cycle counts")),
     ("critic.optim.total_training_steps", ignored("set from the run's total steps")),
     ("critic.ppo_mini_batch_size", same_as(f"{ACTOR}.ppo_mini_batch_size", "training.mini_batch_size")),
@@ -340,6 +335,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("critic.rollout_n", ignored("follows rollout.n")),
     ("critic.checkpoint.*", ignored("checkpoints always hold model, optimizer and the rest here")),
     ("critic.profiler.*", ignored(_PROFILER)),
+    # ---- other engines' keys (Megatron, VeOmni, TorchTitan, fsdp_turbo) and the Megatron optimizer's
+    *ENGINE_ENTRIES,  # verl/compat/real_engines.py
     # ---- vision-language data and models
     *VISION_ENTRIES,  # verl/compat/real_verl_vision.py
     # ---- rewards
@@ -450,7 +447,7 @@ for _key, _fields in _ENTRIES:
 del _key, _fields
 
 # Top-level sections of real verl's config. Our own sections outside these pass straight through.
-REAL_SECTIONS = ("actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "reward",
+REAL_SECTIONS = ("model_engine", "actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "reward",
                  "sandbox_fusion", "algorithm", "distillation", "transfer_queue", "skip", "trainer", "ray_kwargs",
                  "ray_init", "global_profiler", "hydra")
 

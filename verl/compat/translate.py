@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from verl.compat.hydra_args import dump_value, parse_args, parse_value, shown
+from verl.compat.real_engines import layout_note
 from verl.compat.real_defaults import at_real_default, is_real_default, real_defaults
 from verl.compat.real_keys import ARR, MANUAL, NO_DEFAULT, RealKey, as_int, largest_divisor_at_most, same_value, steps_from_epochs
 from verl.compat.real_verl import REAL_SECTIONS, TABLE, lookup
@@ -44,6 +45,9 @@ class Translation:
     values: dict[str, Any]  # our key -> value
     sources: dict[str, str]  # our key -> what set it: "real.key=value", our own "key=value", or a derived default
     notes: list[str] = field(default_factory=list)
+    # why a memory refusal matters for this command line (real verl's context parallelism would have split
+    # the sequences): main_ppo puts them before the preflight's refusal line
+    memory_reasons: list[str] = field(default_factory=list)
 
 
 def _native_leaf(key: str) -> bool:
@@ -119,6 +123,8 @@ class Context:
         self._prompts: Optional[int] = None
         self._train_rows = None
         self.notes: list[str] = []  # lines a converter adds about what it decided (printed with the others)
+        self.layout: dict[str, int] = {}  # Megatron parallel sizes given (one note: real_engines.layout_note)
+        self.memory_reasons: list[str] = []  # Translation.memory_reasons
 
     def get(self, key: str) -> Any:
         return self.values.get(key)
@@ -320,7 +326,7 @@ def _classify(pairs, given: dict, native: Optional[dict], matched: list, unknown
 
 
 def translate(argv: list[str]) -> Translation:
-    from verl.compat.config_file import read_config, split_options
+    from verl.compat.config_file import PACKAGED, read_config, split_options
 
     config_path, config_name, argv = split_options(argv)
     file_values, file_where = read_config(config_path, config_name)
@@ -356,7 +362,8 @@ def translate(argv: list[str]) -> Translation:
                 values[key] = TABLE[key].default
             else:
                 values.pop(key, None)
-    ctx = Context(values, set(given) | set(in_file), native)
+    # given: typed, in the config file, or under a group row of the table (megatron.override_transformer_config.*)
+    ctx = Context(values, set(given) | set(in_file) | {k for k, _, _ in matched + file_matched}, native)
     ctx.file_where, ctx.command_line = file_where, set(given)  # keys typed, over those of the config file
     for our_key, value in native.items():
         _put(ctx.ours, our_key, value, f"{our_key}={shown(value)}", NATIVE)
@@ -365,7 +372,7 @@ def translate(argv: list[str]) -> Translation:
              for k, e in TABLE.items() if not k.endswith(".*") and k in values]
     items += [(k, e, v, GIVEN) for k, e, v in matched] + [(k, e, v, FILE) for k, e, v in file_matched]
     notes: list[str] = [f"ignored {k}={shown(v)}: real verl's default, which changes nothing" for k, v in at_default]
-    if file_where:
+    if file_where and file_where not in PACKAGED:  # real verl's packaged configs: the model_engine note says it
         notes.append(f"read {file_where}: {len(in_file) + len(file_matched)} keys of the table, {len(file_defaults)} "
                      f"more at (or derived like) real verl's defaults" + (
                          f"; ignored {len(unknown)} keys that real verl 0.9's config does not have: "
@@ -375,7 +382,7 @@ def translate(argv: list[str]) -> Translation:
         raise ConfigError(f"{ARR}.model.path: required (the actor's model: hub name, local folder or tiny:<arch>)")
     ctx.train_rows()  # required, and read before any model loads: a bad row fails in a second
     _apply(ctx, items, 2, notes)
-    notes += ctx.notes
+    notes += ctx.notes + layout_note(ctx)
     steps = ctx.total_steps()
     if ctx.get("trainer.total_training_steps") is None and "training.total_steps" not in native:
         notes.append(f"training.total_steps={steps}: trainer.total_epochs={ctx.get('trainer.total_epochs')} x "
@@ -401,7 +408,8 @@ def translate(argv: list[str]) -> Translation:
     ordered = dict(sorted(ctx.ours.items()))
     return Translation(overrides=[f"{k}={dump_value(v)}" for k, (v, _, _) in ordered.items()],
                        values={k: v for k, (v, _, _) in ordered.items()},
-                       sources={k: s for k, (_, s, _) in ordered.items()}, notes=notes)
+                       sources={k: s for k, (_, s, _) in ordered.items()}, notes=notes,
+                       memory_reasons=ctx.memory_reasons)
 
 
 def load_translated(tr: Translation):

@@ -9,6 +9,7 @@ from verl.config.keys import Section, derived, key
 
 DEFAULT_DIFF_WARN = 0.1  # training.logprob_diff_warn: bf16 engine vs actor is ~0.03 on a GPU
 FP8_DIFF_WARN = 0.25  # under rollout.quantization: fp8 (block-FP8 weights move each log-prob further)
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 
 
 @dataclass
@@ -34,13 +35,19 @@ class TrainingConfig(Section):
     lr: float = key(1e-5, gt=0)
     critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr
     weight_decay: float = key(0.0, ge=0)
-    lr_scheduler: str = key("constant", choices=("constant", "linear", "cosine"))
+    # false: no weight decay on 1-D weights (biases, norm scales), as Megatron's optimizer (actor and critic)
+    weight_decay_1d: bool = True
+    # after the warm-up: constant, or a decay over the remaining steps to min_lr_ratio x lr (linear, cosine;
+    # inverse_sqrt: lr sqrt(warmup_steps / step), floored there); verl/workers/optim.py lr_multiplier
+    lr_scheduler: str = key("constant", choices=SCHEDULES)
+    min_lr_ratio: float = key(0.0, ge=0, unit="[0, 1]")
     warmup_steps: int = key(0, ge=0)
     critic_warmup_steps: Optional[int] = key(None, ge=0)  # the critic's own warm-up; None -> warmup_steps
     # the critic's own optimizer settings (real verl's critic.optim has its own); None -> the actor's above
     critic_weight_decay: Optional[float] = key(None, ge=0)
     critic_grad_clip: Optional[float] = key(None, ge=0)
-    critic_lr_scheduler: Optional[str] = key(None, choices=("constant", "linear", "cosine"))
+    critic_lr_scheduler: Optional[str] = key(None, choices=SCHEDULES)
+    critic_min_lr_ratio: Optional[float] = key(None, ge=0, unit="[0, 1]")
     val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)

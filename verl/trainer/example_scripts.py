@@ -45,7 +45,8 @@ SIZES = {"data.train_batch_size": "2", "data.gen_batch_size": "2", "data.max_pro
          "reward.reward_kwargs.max_resp_len": "4", "reward_model.reward_kwargs.overlong_buffer_cfg.len": "2",
          "reward.reward_kwargs.overlong_buffer_cfg.len": "2",
          # a context size: the script's 32768 is its Qwen's, the stand-in GPT-2 learns 512 positions
-         "actor_rollout_ref.model.override_config.max_position_embeddings": "512"}
+         "actor_rollout_ref.model.override_config.max_position_embeddings": "512",
+         "actor_rollout_ref.model.override_config.model_config.max_position_embeddings": "512"}
 # a vision-language script's prompt holds the image's tokens and geo3k's instruction (about 100 tokens here)
 VISION_SIZES = {"data.max_prompt_length": "256"}
 VISION_FAMILY = "qwen2_5_vl"  # the stand-in of a vision-language script's model (verl/models/tiny_vl.py)

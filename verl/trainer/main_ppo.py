@@ -21,6 +21,7 @@ import shlex
 import sys
 
 from verl.trainer.launch import run_guarded, run_training
+from verl.trainer.preflight import MemoryRefused
 
 
 def _main(argv: list[str]) -> int:
@@ -31,7 +32,13 @@ def _main(argv: list[str]) -> int:
     for line in tr.notes:
         print(f"main_ppo: {line}", file=sys.stderr)
     print("main_ppo: running as: verl train " + " ".join(shlex.quote(o) for o in tr.overrides), file=sys.stderr)
-    return run_training(None, tr.overrides)
+    try:
+        return run_training(None, tr.overrides)
+    except MemoryRefused as exc:
+        if not tr.memory_reasons:
+            raise
+        # the refusal's cause here: e.g. real verl's context parallelism would have split the sequences
+        raise MemoryRefused("; ".join(tr.memory_reasons) + f": {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

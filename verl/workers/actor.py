@@ -87,7 +87,7 @@ class Actor(TrainingState):
         # A frozen vision tower is left out of the optimizer (otherwise all parameters: the layout the
         # optimizer state of existing checkpoints has)
         params = self.trainable_parameters() if model_cfg.freeze_vision_tower else self.model.parameters()
-        self.optimizer = build_optimizer(params, t.lr, t.weight_decay, device)
+        self.optimizer = build_optimizer(params, t.lr, t.weight_decay, device, t.weight_decay_1d)
         if self.param_copy is not None:
             self.param_copy.watch(self.optimizer)
         self.optimizer_offload = OptimizerOffload(self.optimizer, t.offload_optimizer and device.type != "cpu")

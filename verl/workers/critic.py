@@ -91,7 +91,7 @@ class Critic(TrainingState):
         t = training_cfg
         self.packing_mode, self.micro = micro.with_packing(self.model.trunk, "critic")
         self.optimizer = build_optimizer(self.model.parameters(), t.critic_lr, critic_setting(t, "weight_decay"),
-                                         device)
+                                         device, t.weight_decay_1d)
         self.scheduler = build_scheduler(self.optimizer, t, critic=True)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.offload = IdleOffload(self.model, device, t.offload_idle_models, self.optimizer)

@@ -10,42 +10,60 @@ import torch
 from verl.errors import ConfigError
 
 
-def build_optimizer(params, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(params, lr: float, weight_decay: float, device: torch.device,
+                    decay_1d: bool = True) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters; the fused kernel (one pass over params, grads and
     both moments) on CUDA and CPU (about 5x faster than the per-tensor loop on a CPU),
-    the default implementation where fused is unavailable."""
+    the default implementation where fused is unavailable.
+    decay_1d=False: no weight decay on 1-D weights (biases, norm scales), as Megatron's optimizer
+    groups them (wd_mult 0 for `*.bias` and every parameter of one dimension); a DTensor's ndim is
+    its full tensor's, so FSDP2's shards group as the whole weights do."""
     params = [p for p in params if p.requires_grad]
+    groups = params
+    if not decay_1d:
+        groups = [{"params": [p for p in params if p.ndim != 1]},
+                  {"params": [p for p in params if p.ndim == 1], "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
     kwargs = dict(lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999))
     if device.type in ("cuda", "cpu"):
         try:
-            return torch.optim.AdamW(params, fused=True, **kwargs)
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
         except (RuntimeError, TypeError, ValueError):
             pass
-    return torch.optim.AdamW(params, **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)
 
 
-def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
+def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str, min_ratio: float = 0.0) -> float:
     """The learning rate of step `step` (0-based) over training.lr:
 
-        step < W:  step / W                                       (linear warm-up from 0)
-        after:     1 (constant), 1 - p (linear), (1 + cos(pi p)) / 2 (cosine),  p = (step - W) / (T - W)
+        step < W:  step / W                                     (linear warm-up from 0)
+        after:     1 (constant), or m + (1 - m) c with         p = (step - W) / (T - W), m = min_ratio
+                   c = 1 - p (linear), (1 + cos(pi p)) / 2 (cosine); inverse_sqrt: max(m, sqrt(max(W, 1) / step))
+        step > T:  m (every kind but constant)
 
     W = warmup_steps, T = total_steps. The first step runs at lr 0, as with transformers'
     get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup and real verl's copies of
-    them (W = 4: 0, 0.25, 0.5, 0.75, then 1)."""
+    them (W = 4: 0, 0.25, 0.5, 0.75, then 1). Real verl's FSDP cosine with min_lr_ratio m is
+    max(m, c (1 - m) + m) = the same m + (1 - m) c; Megatron's OptimizerParamScheduler (real verl's
+    Megatron engine) is min_lr + c (lr - min_lr) for linear/cosine, and lr sqrt(max(W, 1)) / sqrt(max(s, 1))
+    floored at min_lr for inverse-square-root: the same over lr with m = min_lr / lr (its warm-up,
+    init + (lr - init) s / W for s <= W, is ours at init 0: equal at s = W)."""
     if warmup_steps and step < warmup_steps:
         return step / warmup_steps
     if kind == "constant":
         return 1.0
+    if step > total_steps:
+        return min_ratio
+    if kind == "inverse_sqrt":
+        return max(min_ratio, math.sqrt(max(warmup_steps, 1)) / math.sqrt(max(step, 1)))
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    if kind == "linear":
-        return 1.0 - progress
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
+    coeff = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_ratio + (1.0 - min_ratio) * coeff
 
 
 def critic_setting(training_cfg, name: str):
     """training.critic_<name> when set, else training.<name> (the actor's): warmup_steps,
-    weight_decay, grad_clip, lr_scheduler."""
+    weight_decay, grad_clip, lr_scheduler, min_lr_ratio."""
     own = getattr(training_cfg, f"critic_{name}", None)
     return getattr(training_cfg, name) if own is None else own
 
@@ -57,11 +75,13 @@ def role_grad_clip(training_cfg, role: str) -> float:
 
 def build_scheduler(optimizer, training_cfg, critic: bool = False) -> torch.optim.lr_scheduler.LambdaLR:
     """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps.
-    critic: the warm-up and the schedule are training.critic_warmup_steps / critic_lr_scheduler when set."""
+    critic: the warm-up, the schedule and its floor are training.critic_warmup_steps / critic_lr_scheduler /
+    critic_min_lr_ratio when set."""
     t = training_cfg
     warmup = critic_setting(t, "warmup_steps") if critic else t.warmup_steps
     kind = critic_setting(t, "lr_scheduler") if critic else t.lr_scheduler
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, t.total_steps, kind))
+    floor = critic_setting(t, "min_lr_ratio") if critic else t.min_lr_ratio
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, t.total_steps, kind, floor))
 
 
 def guarded_step(pairs: dict, grad_clip) -> tuple[dict, bool]:

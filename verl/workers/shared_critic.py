@@ -58,7 +58,7 @@ class ActorWithValueHead(Actor):
         self.head = new_value_head(hidden).to(self.device)
         t = self.training
         self.head_optimizer = build_optimizer(self.head.parameters(), t.critic_lr, critic_setting(t, "weight_decay"),
-                                              self.device)
+                                              self.device, t.weight_decay_1d)
         self.head_scheduler = build_scheduler(self.head_optimizer, t, critic=True)
 
     @classmethod
