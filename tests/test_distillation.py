@@ -87,3 +87,28 @@ def test_refusals_name_the_key(tmp_path, models):
         _config(tmp_path, models, **{"distributed.backend": "ray"})
     with pytest.raises(ConfigError, match="distillation.teacher: .* has another tokenizer than the student"):
         create_trainer(_config(tmp_path, models, **{"distillation.teacher": models["other"]}))
+
+
+def test_real_verls_distillation_keys_translate_and_train_a_step(tmp_path, models, capsys):
+    from test_main_ppo import _write_gsm8k
+
+    from verl.compat.translate import translate
+    from verl.trainer.main_ppo import main
+
+    args = [f"data.train_files={_write_gsm8k(tmp_path / 'train.parquet', 4)}",
+            f"actor_rollout_ref.model.path={models['student']}", "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+            "algorithm.adv_estimator=grpo", "data.max_prompt_length=64", "data.max_response_length=4",
+            "trainer.total_training_steps=1", "trainer.logger=[console]", "trainer.device=cpu",
+            f"trainer.default_local_dir={tmp_path / 'run'}", "distillation.enabled=True",
+            f"distillation.teacher_models.teacher_model.model_path={models['teacher']}",
+            "distillation.teacher_models.teacher_model.num_replicas=2",
+            "distillation.distillation_loss.loss_mode=low_var_kl", "distillation.distillation_loss.use_task_rewards=False"]
+    tr = translate(args)
+    assert {'distillation.enable=true', 'distillation.loss_mode="k3"', 'distillation.use_task_rewards=false',
+            f'distillation.teacher="{models["teacher"]}"'} <= set(tr.overrides)
+    assert any("num_replicas" in n and "trainer's process" in n for n in tr.notes)  # named, with what we do instead
+    with pytest.raises(ConfigError, match="forward_kl_topk is not supported"):
+        translate(args + ["distillation.distillation_loss.loss_mode=forward_kl_topk"])
+    assert main(args) == 0  # a step with the teacher's pass and the distillation-only loss
+    assert "distillation.enable=true" in capsys.readouterr().err  # main_ppo: running as: verl train ...

@@ -32,6 +32,7 @@ from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_flo
                                    ignored, module_names, only, reads, same_as, to)
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
+from verl.compat.real_distillation import DISTILLATION_ENTRIES
 from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
 
 # ---------------------------------------------------------------------------
@@ -432,8 +433,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("ray_init.num_cpus", to("distributed.num_cpus", as_int, note="older name")),
     ("ray_init.*", ignored("Ray start-up settings")),
     ("global_profiler.*", ignored(_PROFILER)),
-    ("distillation.enabled", only(False, why="on-policy distillation from teacher models")),
-    ("distillation.*", ignored("used with distillation.enabled only")),
+    *DISTILLATION_ENTRIES,  # verl/compat/real_distillation.py
     ("transfer_queue.enable", only(False, why="the transfer-queue data plane; batches stay in memory here")),
     ("transfer_queue.*", ignored("used with transfer_queue.enable only")),
     ("skip.*", only(False, None, "cache", [], "~/.verl/rollout_dump", why="replaying dumped rollouts")),
