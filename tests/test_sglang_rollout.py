@@ -174,7 +174,8 @@ def test_sglang_loop_cannot_take_the_trainers_signals():
 
 
 def test_a_failed_sglang_child_ends_the_run_with_one_line(tmp_path):
-    """SIGQUIT from a failing SGLang child: one line on stderr, the children stopped, exit 1."""
+    """SIGQUIT from a failing SGLang child: one line on stderr, the children stopped, exit 3 (a lost engine
+    process, as under Ray)."""
     fake = tmp_path / "sglang" / "srt"
     fake.mkdir(parents=True)
     (tmp_path / "sglang" / "__init__.py").write_text("")
@@ -185,7 +186,9 @@ def test_a_failed_sglang_child_ends_the_run_with_one_line(tmp_path):
             "signal.signal(signal.SIGQUIT, scheduler_failed)\nos.kill(os.getpid(), signal.SIGQUIT)\ntime.sleep(30)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT])))
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert proc.stdout.strip() == "children stopped False"
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: SGLang's scheduler process failed"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: SGLang engine process lost: its scheduler or "
+                                                   "detokenizer process died"), proc.stderr
+    assert "--resume auto" in lines[0]
