@@ -188,5 +188,5 @@ def test_grpo_through_the_cli_with_fp8_rollouts_logs_the_mismatch_every_step(tmp
     for r in rows:  # measured and corrected on every step under fp8 (logprob_check_every 1, tis_cap 2.0)
         assert 0 < r["rollout/logprob_diff"] < FP8_DIFF_WARN, r
         assert 0 <= r["rollout/engine_kl"] < FP8_DIFF_WARN, r  # k3 KL: second order in the mismatch
-        assert "actor/is_ratio_mean" in r and r["reward/mean"] is not None, r
+        assert "rollout_corr/rollout_is_mean" in r and r["reward/mean"] is not None, r
     assert "warning: step" not in proc.stdout  # the invariants' FP8 level: no spurious warning

@@ -211,7 +211,7 @@ cfg = config_from_dict({
     "checkpoint": {"save_dir": out},
 }, platform=Platform(gpu=True, bf16=True, vllm=True, sglang=False))  # past the config's GPU-only rule
 trainer = create_trainer(cfg)
-keys = ("rollout/logprob_diff", "rollout/engine_kl", "actor/is_ratio_mean")
+keys = ("rollout/logprob_diff", "rollout/engine_kl", "rollout_corr/rollout_is_mean")
 rows = [trainer.step() for _ in range(3)]
 print("ROWS " + json.dumps([{k: float(r[k]) for k in keys if k in r} for r in rows]))
 """
@@ -220,7 +220,7 @@ print("ROWS " + json.dumps([{k: float(r[k]) for k in keys if k in r} for r in ro
 def test_the_trainer_measures_and_corrects_the_fp8_mismatch_every_step(tmp_path):
     """Three GRPO steps with an FP8 engine, as the trainer builds it (from_actor, a sync per step): under
     rollout.quantization fp8 rollout/logprob_diff and rollout/engine_kl are logged on every step and the
-    loss is corrected (rollout.tis_cap 2.0: actor/is_ratio_mean). Here (W8A16 on the CPU) the mismatch
+    loss is corrected (rollout.tis_cap 2.0: rollout_corr/rollout_is_mean). Here (W8A16 on the CPU) the mismatch
     measured 0.013-0.017 a token, k3 KL 5e-4 to 7e-4: far below the FP8 warning level."""
     import json
     import subprocess
@@ -239,4 +239,4 @@ def test_the_trainer_measures_and_corrects_the_fp8_mismatch_every_step(tmp_path)
     assert len(rows) == 3
     for r in rows:
         assert 0 < r["rollout/logprob_diff"] < FP8_DIFF_WARN and 0 <= r["rollout/engine_kl"] < 0.05, r
-        assert "actor/is_ratio_mean" in r, r
+        assert "rollout_corr/rollout_is_mean" in r, r
