@@ -143,28 +143,13 @@ def decode_bytes(weight_bytes: float, kv_per_token: float, prompt_lens: Sequence
 
 def update_flops(cfg, prompt_lens: Sequence[int], resp_lens: Sequence[int], lora_rank: int = 0) -> float:
     """FLOPs of one update over these sequences (all of a step's sequences, one optimizer step), useful work
-    only (padding, recomputation and the embedding gather count zero). Per sequence of s = p + r tokens:
+    only, counted as the trainer's perf/mfu counts them (verl.tracking.flops, whose docstring has the formula);
+    LoRA (rank R): R x lora_width adapter weights. MFU = update_flops / (update seconds * bf16 peak)."""
+    from verl.tracking.flops import update_flops_of
 
-        matmuls    F_mm   = 2 * trunk * s + 2 * H V * r       forward (logits for the r response tokens only)
-        attention  F_attn = 2 * L Hq d * s (s + 1)            causal QK^T and AV, forward
-
-    full fine-tuning:  3 F_mm + 3 F_attn                      (= 6 N tokens for the matmuls: forward, input
-                                                               gradients, weight gradients; attention has no
-                                                               weights, its backward is 2x its forward)
-    LoRA (rank R):     2 F_mm + 3 F_attn + 6 R W_lora s       (the frozen base: forward plus the activation
-                                                               gradients, no weight gradients; attention as
-                                                               above; each adapter's two thin matmuls
-                                                               2 R (d_in + d_out) a token, forward, input and
-                                                               weight gradients; W_lora = lora_width)
-
-    MFU = update_flops / (update seconds * bf16 peak)."""
     t = flop_terms(cfg)
-    tokens = sum(p + r for p, r in zip(prompt_lens, resp_lens, strict=True))
-    mm = 2 * t["trunk"] * tokens + 2 * t["head"] * sum(resp_lens)
-    attn = sum(2 * t["attn_width"] * (p + r) * (p + r + 1) for p, r in zip(prompt_lens, resp_lens))
-    if not lora_rank:
-        return 3.0 * mm + 3.0 * attn
-    return 2.0 * mm + 3.0 * attn + 6.0 * lora_rank * lora_width(cfg) * tokens
+    adapters = lora_rank * lora_width(cfg) if lora_rank else 0
+    return update_flops_of(t["trunk"], t["head"], adapters, t["attn_width"], prompt_lens, resp_lens)
 
 
 def step_work(cfg, prompt_lens: Sequence[int], resp_lens: Sequence[int], lora_rank: int = 0,

@@ -1,26 +1,29 @@
-"""The update's FLOP count for perf/mfu (verl/tracking/flops.py), by hand on small shapes."""
+"""The update's FLOP count for perf/mfu and the benchmarks' update floor (verl/tracking/flops.py), by hand."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from verl.tracking.flops import ModelShape, model_shape, update_flops
+from verl.tracking.flops import ModelShape, model_shape, update_flops, update_flops_of
 from verl.tracking.system import compute_mfu
 
 
-def test_full_fine_tuning_is_six_n_per_token_plus_attention():
-    # N = N_train = 100, 2 layers of width 4, sequences of 3 and 5 tokens (8 tokens):
-    #   linear    (4 x 100 + 2 x 100) x 8       = 4,800   (6 N per token)
-    #   attention 6 x 2 layers x 4 x (9 + 25)   = 1,632
-    assert update_flops(ModelShape(100, 100, 2, 4), [3, 5]) == 6432.0
+def test_full_fine_tuning_by_hand():
+    # trunk 100, head 10, attention width 4; two sequences: prompt 1 + response 2 (s=3), prompt 2 + response 3 (s=5)
+    #   forward matmuls F = 2 x 100 x 8 tokens + 2 x 10 x 5 responses = 1,700
+    #   attention       A = 2 x 4 x (3 x 4 + 5 x 6)                  = 336
+    #   full: 3 F + 3 A = 5,100 + 1,008 = 6,108
+    assert update_flops(ModelShape(100, 10, 0, 4), [1, 2], [2, 3]) == 6108.0
 
 
-def test_lora_counts_the_frozen_base_activation_gradients_but_not_its_weight_gradients():
-    # N = 100 of which 10 trainable (the adapters): (4 x 100 + 2 x 10) x 8 = 3,360 (+ the same attention)
-    assert update_flops(ModelShape(100, 10, 2, 4), [3, 5]) == 3360.0 + 1632.0
-    # against full fine-tuning's 6 N: 420 / 600 of the linear FLOPs
-    assert update_flops(ModelShape(100, 10, 0, 0), [8]) / update_flops(ModelShape(100, 100, 0, 0), [8]) == 0.7
+def test_lora_counts_the_frozen_base_activation_gradients_and_the_adapters():
+    # the same with 7 adapter weights: 2 F + 3 A + 6 x 7 x 8 tokens = 3,400 + 1,008 + 336 = 4,744
+    assert update_flops(ModelShape(100, 10, 7, 4), [1, 2], [2, 3]) == 4744.0
+    # no attention, no head, 8 tokens: 6 N a token for full fine-tuning (4,800), 4 N plus 6 per adapter weight
+    # a token for LoRA (3,200 + 48)
+    assert update_flops_of(100, 0, 0, 0, [0], [8]) == 4800.0
+    assert update_flops_of(100, 0, 1, 0, [0], [8]) == 3200.0 + 48.0
 
 
 def _llama(tie: bool):
@@ -33,25 +36,43 @@ def _llama(tie: bool):
 
 
 @pytest.mark.parametrize("tie", [False, True])
-def test_model_shape_leaves_out_the_embedding_lookup_unless_it_is_the_tied_head(tie):
+def test_model_shape_counts_the_head_once_and_not_the_embedding_lookup(tie):
     model = _llama(tie)
     total = sum(p.numel() for p in model.parameters())  # a tied matrix is one parameter
     shape = model_shape(model)
-    embedding = 64 * 16
-    assert shape.matmul_params == (total if tie else total - embedding)
-    assert shape.trainable_matmul_params == shape.matmul_params
-    assert (shape.layers, shape.attention_width) == (2, 16)  # 2 heads x head_dim 8
+    head = 64 * 16
+    assert shape.head_params == head
+    assert shape.trunk_params == total - head - (0 if tie else head)  # untied: the embedding is a lookup
+    assert shape.adapter_params == 0
+    assert shape.attention_width == 2 * 2 * 8  # 2 layers x 2 heads x head_dim 8
 
 
 def test_model_shape_of_a_lora_model_trains_only_the_adapters():
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(_llama(False), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
-    shape = model_shape(model)
+    base = model_shape(_llama(False))
+    shape = model_shape(get_peft_model(_llama(False), LoraConfig(r=2, target_modules=["q_proj", "v_proj"])))
     # per layer: q_proj (16 -> 16) and v_proj (16 -> 8): A is r x in, B is out x r
     per_layer = (2 * 16 + 16 * 2) + (2 * 16 + 8 * 2)
-    assert shape.trainable_matmul_params == 2 * per_layer
-    assert shape.matmul_params == sum(p.numel() for p in model.parameters()) - 64 * 16
+    assert shape.adapter_params == 2 * per_layer
+    assert shape.trunk_params == base.trunk_params and shape.head_params == base.head_params
+
+
+def test_the_benchmark_floor_counts_as_the_trainer():
+    from transformers import LlamaConfig
+
+    from benchmarks.floor import flop_terms, update_flops as floor_flops
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, tie_word_embeddings=False)
+    t = flop_terms(cfg)
+    shape = model_shape(_llama(False))
+    # the floor's sizes from the config equal the model's (bias-free Llama: every trunk weight is a matmul,
+    # less the norms' scales, which the model counts and the config's arithmetic leaves out)
+    norms = 2 * 16 * 2 + 16
+    assert (t["trunk"], t["head"], t["attn_width"]) == (shape.trunk_params - norms, shape.head_params,
+                                                        shape.attention_width)
+    assert floor_flops(cfg, [3], [5]) == update_flops_of(t["trunk"], t["head"], 0, t["attn_width"], [3], [5])
 
 
 def test_compute_mfu():

@@ -187,8 +187,10 @@ class RunLifecycle:
         metrics.update(system_metrics(t.device, self.util, t.timer.memory.step_peak() if t.timer.memory else None))
         if self.peak_flops and "timing_s/update_actor" in metrics:
             # Actor update MFU: forward + backward over every sequence of the batch, every epoch.
-            lengths = t._last_batch.attention_mask.sum(dim=1).tolist()
-            flops = update_flops(self.model_shape, lengths) * t.config.training.num_epochs
+            b = t._last_batch
+            prompts = b.attention_mask[:, :b.prompt_length].sum(dim=1).tolist()
+            responses = b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
+            flops = update_flops(self.model_shape, prompts, responses) * t.config.training.num_epochs
             metrics["perf/mfu"] = compute_mfu(flops, metrics["timing_s/update_actor"], self.peak_flops)
         diverged = self._guard_nonfinite(metrics)
         self.tracker.log(metrics, step)
