@@ -130,6 +130,8 @@ class ReplicatedRollout(RolloutEngine):
         try:
             return call()
         except (WorkerDiedError, WorkerTimeoutError) as exc:
+            if not self.group.broken:  # another group's process (an actor rank during the weight push)
+                raise
             if self.rebuild is None or self.restarts >= 1:
                 once = " (it was restarted once already)" if self.restarts else ""
                 raise type(exc)(f"vLLM engine process lost{once}: {exc}") from None
