@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.tracking.flops import ModelShape, model_shape, update_flops, update_flops_of
+from verl.tracking.flops import UpdateShape, model_shape, update_flops, update_flops_of
 from verl.tracking.system import compute_mfu
 
 
@@ -14,12 +14,12 @@ def test_full_fine_tuning_by_hand():
     #   forward matmuls F = 2 x 100 x 8 tokens + 2 x 10 x 5 responses = 1,700
     #   attention       A = 2 x 4 x (3 x 4 + 5 x 6)                  = 336
     #   full: 3 F + 3 A = 5,100 + 1,008 = 6,108
-    assert update_flops(ModelShape(100, 10, 0, 4), [1, 2], [2, 3]) == 6108.0
+    assert update_flops(UpdateShape(100, 10, 0, 4), [1, 2], [2, 3]) == 6108.0
 
 
 def test_lora_counts_the_frozen_base_activation_gradients_and_the_adapters():
     # the same with 7 adapter weights: 2 F + 3 A + 6 x 7 x 8 tokens = 3,400 + 1,008 + 336 = 4,744
-    assert update_flops(ModelShape(100, 10, 7, 4), [1, 2], [2, 3]) == 4744.0
+    assert update_flops(UpdateShape(100, 10, 7, 4), [1, 2], [2, 3]) == 4744.0
     # no attention, no head, 8 tokens: 6 N a token for full fine-tuning (4,800), 4 N plus 6 per adapter weight
     # a token for LoRA (3,200 + 48)
     assert update_flops_of(100, 0, 0, 0, [0], [8]) == 4800.0

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
-class ModelShape:
+class UpdateShape:
     trunk_params: int  # the decoder layers' matmul weights (frozen base and adapters alike)
     head_params: int  # the LM head's
     adapter_params: int  # trained adapters (LoRA); 0 for full fine-tuning
@@ -47,12 +47,12 @@ def update_flops_of(trunk: int, head: int, adapters: int, attention_width: int, 
     return 2.0 * forward + 3.0 * attention + 6.0 * adapters * tokens
 
 
-def update_flops(shape: ModelShape, prompt_lens: Sequence[int], response_lens: Sequence[int]) -> float:
+def update_flops(shape: UpdateShape, prompt_lens: Sequence[int], response_lens: Sequence[int]) -> float:
     return update_flops_of(shape.trunk_params, shape.head_params, shape.adapter_params, shape.attention_width,
                            prompt_lens, response_lens)
 
 
-def model_shape(model) -> ModelShape:
+def model_shape(model) -> UpdateShape:
     """The shape of a Hugging Face causal LM (peft-wrapped or not) for `update_flops`. Full fine-tuning:
     every weight but the input embedding's lookup; LoRA: the trainable weights are the adapters."""
     params = list({id(p): p for p in model.parameters()}.values())
@@ -70,7 +70,7 @@ def model_shape(model) -> ModelShape:
     heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
     hidden = int(getattr(cfg, "hidden_size", 0) or 0)
     head_dim = getattr(cfg, "head_dim", None) or (hidden // heads if heads else 0)
-    return ModelShape(trunk - adapters if adapters else trunk, head_n, adapters, layers * heads * int(head_dim))
+    return UpdateShape(trunk - adapters if adapters else trunk, head_n, adapters, layers * heads * int(head_dim))
 
 
 def _weight(model, getter: str) -> Optional[object]:
