@@ -27,6 +27,8 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
 
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.
+`raw_prompt` is the data row's prompt as given (text or chat messages): a multi-turn rollout
+starts each trajectory's conversation (the messages tools and interactions see) from it.
 
     multi_modal  one `verl.data.multimodal.MultiModalInputs` (images, the processor's tensors for
                  them, the engine's unexpanded prompt ids) or None per sequence; empty for a
@@ -75,6 +77,7 @@ class Batch:
     is_weights: Optional[Tensor] = None
     # Non-tensor, one entry per sequence
     prompt_text: list = field(default_factory=list)
+    raw_prompt: list = field(default_factory=list)  # the row's prompt as given: text or chat messages
     response_text: list = field(default_factory=list)
     ground_truth: list = field(default_factory=list)
     data_source: list = field(default_factory=list)

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from verl.agents.agent_loops import MULTI_TURN, row_agent
 from verl.batch import Batch
 from verl.data.sources import DataError, PromptRow, read_many, record_to_row
 
@@ -165,7 +166,8 @@ class PromptLoader:
     """
 
     def __init__(self, rows: list[PromptRow], tokenizer, data_cfg, batch_size: int, seed: int = 0,
-                 shuffle: Optional[bool] = None, name: str = "train", tools: Optional[list] = None):
+                 shuffle: Optional[bool] = None, name: str = "train", tools: Optional[list] = None,
+                 default_agent: str = MULTI_TURN):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.tokenizer = tokenizer
@@ -175,6 +177,7 @@ class PromptLoader:
         self.shuffle = data_cfg.shuffle if shuffle is None else shuffle
         self.name = name
         self.tools = tools
+        self.default_agent = default_agent  # rows of a single-turn agent loop see no tools (agent_loops.py)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = 0 if pad is None else pad
         self.num_filtered = 0
@@ -187,13 +190,23 @@ class PromptLoader:
         self._order_cache: tuple[int, list[int]] = (-1, [])
 
     # ------------------------------------------------------------ encoding
+    def _tools_of(self, row: PromptRow) -> Optional[list]:
+        """The tool schemas `row`'s prompt shows: none for a row of the single-turn agent loop."""
+        if not self.tools:
+            return self.tools
+        try:
+            agent = row_agent(row.extra, self.default_agent)
+        except ValueError as exc:
+            raise DataError(f"{row.origin or self.name}: {exc}") from None
+        return self.tools if agent == MULTI_TURN else None
+
     def _encode(self, rows: list[PromptRow]):
         if not rows:
             raise DataError(f"{self.name} data: no prompt rows")
         cfg = self.data_cfg
         with_images = [i for i, r in enumerate(rows) if r.images is not None]
         text_rows = [r for r in rows if r.images is None]
-        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self.tools) for r in text_rows]
+        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self._tools_of(r)) for r in text_rows]
         # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
         add_special = not uses_chat_template(self.tokenizer, cfg)
         ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"] if texts else []
@@ -201,9 +214,17 @@ class PromptLoader:
         if with_images:  # rows with images: the processor's expanded ids (verl.data.multimodal)
             from verl.data.vl_prompts import encode_image_rows
 
+            # the rows whose prompt shows the tools, and the others, each encoded as one group
+            groups = {}
+            for i in with_images:
+                groups.setdefault(self._tools_of(rows[i]) is not None, []).append(i)
+            encoded = {}
+            for shows_tools, members in groups.items():
+                parts = encode_image_rows([rows[i] for i in members], self.tokenizer, cfg,
+                                          self.tools if shows_tools else None)
+                encoded.update({i: tuple(p[k] for p in parts) for k, i in enumerate(members)})
             texts, ids, multi_modal = _merge_rows(len(rows), with_images, (texts, ids, multi_modal),
-                                                  encode_image_rows([rows[i] for i in with_images], self.tokenizer,
-                                                                    cfg, self.tools))
+                                                  tuple(list(col) for col in zip(*(encoded[i] for i in with_images))))
         limit, mode = cfg.max_prompt_length, cfg.truncation
         keep_rows, keep_texts, keep_ids, keep_mm = [], [], [], []
         for row, text, tok, mm in zip(rows, texts, ids, multi_modal):
@@ -291,6 +312,7 @@ class PromptLoader:
         rows = [self.rows[i] for i in indices]
         return Batch(input_ids=input_ids, attention_mask=attention_mask,
                      prompt_text=[self.texts[i] for i in indices],
+                     raw_prompt=[r.prompt for r in rows],
                      ground_truth=[r.ground_truth for r in rows],
                      data_source=[r.data_source for r in rows],
                      extra=[dict(r.extra) for r in rows],
@@ -323,7 +345,8 @@ def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] =
     Validation rows: `val_rows`, else `data.val_files`; the first `data.val_max_samples` of them.
     """
     rows = load_prompt_rows(cfg.data) if train_rows is None else train_rows
-    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools)
+    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools,
+                         default_agent=cfg.rollout.multi_turn.default_agent)
     if val_rows is None and cfg.data.val_files:
         val_rows = load_prompt_rows(cfg.data, cfg.data.val_files, key="data.val_files")
     return train, (None if val_rows is None else list(val_rows)[: cfg.data.val_max_samples])
