@@ -33,6 +33,7 @@ from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_flo
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
 from verl.compat.real_distillation import DISTILLATION_ENTRIES
+from verl.compat.real_multi_turn import ENTRIES as MULTI_TURN_ENTRIES
 from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
 
 # ---------------------------------------------------------------------------
@@ -89,7 +90,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", conv.mapping("{enable_thinking: false}"),
                                           dict_value=True,
                                           note="passed to the chat template (e.g. enable_thinking)")),
-    ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
+    ("data.tool_config_path", only(None, why="tool schemas shown in single-turn prompts, which nothing runs; "
+                                              "multi-turn tools are multi_turn.tool_config_path")),
     # ---- actor_rollout_ref.model
     (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": expand_path(v)}, "model.name",
                                  real_default="~/models/deepseek-llm-7b-chat",
@@ -239,14 +241,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.expert_parallel_size", ignored(_LAYOUT)),
     (f"{ROLLOUT}.pipeline_model_parallel_size", ignored(_LAYOUT)),
     (f"{ROLLOUT}.ignore_eos", only(False, why="generating past EOS")),
-    (f"{ROLLOUT}.over_sample_rate", only(0, why="aborting slow requests")),
     (f"{ROLLOUT}.skip_rollout", only(False, why="replaying dumped rollouts")),
     (f"{ROLLOUT}.use_fire_sampling", only(False, why="FIRE sampling")),
     (f"{ROLLOUT}.chat_scheduler", only(None, why="custom chat schedulers")),
-    (f"{ROLLOUT}.multi_turn.enable", only(False, why="multi-turn rollouts from its tool/interaction YAML files; "
-                                                 "here tools are Python functions given as rollout.tools (or an "
-                                                 "environment as rollout.environment, docs/agents.md)")),
-    (f"{ROLLOUT}.multi_turn.*", ignored("used with multi_turn.enable only")),
     (f"{ROLLOUT}.agent.num_workers", ignored(_ENGINE)),
     (f"{ROLLOUT}.cudagraph_capture_sizes", ignored(_ENGINE)),
     (f"{ROLLOUT}.load_format", ignored(_ENGINE)),
@@ -434,6 +431,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("ray_init.*", ignored("Ray start-up settings")),
     ("global_profiler.*", ignored(_PROFILER)),
     *DISTILLATION_ENTRIES,  # verl/compat/real_distillation.py
+    *MULTI_TURN_ENTRIES,  # verl/compat/real_multi_turn.py
     ("transfer_queue.enable", only(False, why="the transfer-queue data plane; batches stay in memory here")),
     ("transfer_queue.*", ignored("used with transfer_queue.enable only")),
     ("skip.*", only(False, None, "cache", [], "~/.verl/rollout_dump", why="replaying dumped rollouts")),

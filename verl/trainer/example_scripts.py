@@ -127,11 +127,25 @@ def geo3k_row(i: int) -> dict:
             "extra_info": {"split": "train", "index": i, "answer": str(i + 3), "question": problem}}
 
 
-def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
+def with_tool_agent(row: dict, content: str) -> dict:
+    """`row` as real verl's examples/data_preprocess/gsm8k_tool_agent_loop.py writes it for its
+    multi-turn scripts: agent_name tool_agent (so real verl runs its tool agent loop on the row), the
+    answer-checking tools' create_kwargs and the GSM8K interaction's kwargs, both with the ground truth."""
+    truth = row["reward_model"]["ground_truth"]
+    create = {"create_kwargs": {"ground_truth": truth}}
+    row["agent_name"] = "tool_agent"
+    row["extra_info"] = {**row["extra_info"], "need_tools_kwargs": True,
+                         "tools_kwargs": {"calc_gsm8k_reward": create, "calc_geo3k_reward": create},
+                         "interaction_kwargs": {"name": "gsm8k", "query": content, "ground_truth": truth}}
+    return row
+
+
+def write_rows(path: str, kind: str, n: int = 2, start: int = 0, tool_agent: bool = False) -> str:
     """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py),
     math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers), dapo (DAPO-Math-17k:
     data_source math_dapo, 'Answer:' answers), aime (the same, data_source aime_2024) or geo3k
-    (geo3k.py: hiyouga/geometry3k with one PNG image per row)."""
+    (geo3k.py: hiyouga/geometry3k with one PNG image per row); `tool_agent`: for a multi-turn script
+    (with_tool_agent)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -157,6 +171,8 @@ def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
                          "prompt": [{"role": "user", "content": content}],
                          "reward_model": {"style": "rule", "ground_truth": str(i + 2)},
                          "extra_info": {"split": "train", "index": i}})
+        if tool_agent:
+            with_tool_agent(rows[-1], rows[-1]["prompt"][-1]["content"])
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -170,9 +186,9 @@ def _engine_runs(module: str) -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec(module) is not None
 
 
-def _data_value(raw: str, split: str, work: str, vision: bool = False) -> str:
+def _data_value(raw: str, split: str, work: str, vision: bool = False, tool_agent: bool = False) -> str:
     """The script's file (or list of files) -> tiny parquet files of the same kinds, in that order
-    (a vision-language script's: geo3k rows with images)."""
+    (a vision-language script's: geo3k rows with images; a multi-turn script's: with_tool_agent rows)."""
     import yaml
 
     try:
@@ -185,16 +201,24 @@ def _data_value(raw: str, split: str, work: str, vision: bool = False) -> str:
         name = str(f).lower()
         kind = ("geo3k" if vision else "aime" if "aime" in name else "dapo" if "dapo" in name else
                 "math" if "math" in name and "gsm8k" not in name else "gsm8k")
-        path = os.path.join(work, f"{split}_{i}_{kind}.parquet")
+        path = os.path.join(work, f"{split}_{i}_{kind}{'_tools' if tool_agent else ''}.parquet")
         if not os.path.exists(path):
-            write_rows(path, kind, start=100 if split == "val" else 0)
+            write_rows(path, kind, start=100 if split == "val" else 0, tool_agent=tool_agent)
         out.append(path)
     return str(out) if isinstance(value, list) else out[0]
 
 
 def is_vision(script: Script) -> bool:
-    """A vision-language script: it names an image column (data.image_key), as real verl's geo3k ones do."""
-    return any(a.lstrip("+").startswith("data.image_key=") for a in script.args)
+    """A vision-language script: it names an image column (data.image_key), as real verl's geo3k ones do, or
+    trains a vision-language model (a '-VL-' model path)."""
+    return any(a.lstrip("+").startswith("data.image_key=") or (a.startswith("actor_rollout_ref.model.path=")
+                                                               and "-VL-" in a) for a in script.args)
+
+
+def is_multi_turn(script: Script) -> bool:
+    """A multi-turn script: it names real verl's tool or interaction file."""
+    return any(a.split("=", 1)[0].endswith(("multi_turn.tool_config_path", "multi_turn.interaction_config_path"))
+               for a in script.args)
 
 
 def tiny_args(script: Script, work: str, model: str, root: str, vision_model: str = "") -> list[str]:
@@ -202,6 +226,7 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
     this run's scratch folder, `root` stands for real verl's tree (provide_files). A vision-language
     script (is_vision) runs on `vision_model` with geo3k rows, when one is given."""
     vision = bool(vision_model) and is_vision(script)
+    tool_agent = is_multi_turn(script)
     model = vision_model if vision else model
     sizes = {**SIZES, **(VISION_SIZES if vision else {})}
     args, seen = [], set()
@@ -214,7 +239,7 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
         key = raw_key.lstrip("+")
         seen.add(key)
         if key in ("data.train_files", "data.val_files"):
-            value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision)
+            value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision, tool_agent)
         elif key in MODEL_KEYS:
             value = model
         elif key in sizes:
@@ -229,7 +254,7 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
             value = os.path.join(work, "out")
         args.append(f"{raw_key}={value}")
     if "data.train_files" not in seen:
-        args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision)}")
+        args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision, tool_agent)}")
     args += [f"{k}={sizes[k]}" for k in ALWAYS if k not in seen]
     for k, v in (("trainer.default_local_dir", os.path.join(work, "out")), ("trainer.logger", "['console']"),
                  ("trainer.device", "cpu")):
@@ -261,7 +286,8 @@ def provide_files(examples: Examples, root: str) -> None:
 
 def outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     """TRAINS, or the one line main_ppo refuses the script with (scratch paths shown as <tmp>).
-    train=False stops after the translation and all checks (nothing loads, nothing trains)."""
+    train=False stops after the translation and all checks (the model's config.json is read, no weights load,
+    nothing trains)."""
     from verl.compat.translate import load_translated, translate
     from verl.errors import ConfigError
     from verl.trainer.main_ppo import main
@@ -269,10 +295,12 @@ def outcome(script: Script, work: str, model: str, train: bool, vision_model: st
     run_dir = tempfile.mkdtemp(dir=work)
     args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
+        from verl.models.loading import check_context_length
+
         try:
-            load_translated(translate(args))
+            check_context_length(load_translated(translate(args)))  # the model's config.json, no weights
         except ConfigError as exc:
-            return _scrub(str(exc), run_dir, work)
+            return _scrub(str(exc), run_dir, work, models=(model, vision_model))
         return TRAINS
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -281,10 +309,13 @@ def outcome(script: Script, work: str, model: str, train: bool, vision_model: st
         metrics = os.path.join(run_dir, "out", "metrics.jsonl")
         return TRAINS if os.path.exists(metrics) else f"exit 0 without metrics ({metrics})"
     errors = [line[len("error: "):] for line in err.getvalue().splitlines() if line.startswith("error: ")]
-    return _scrub(errors[-1] if errors else f"exit code {rc}", run_dir, work)
+    return _scrub(errors[-1] if errors else f"exit code {rc}", run_dir, work, models=(model, vision_model))
 
 
-def _scrub(text: str, *dirs: str) -> str:
+def _scrub(text: str, *dirs: str, models: tuple = ()) -> str:
+    """`text` without this machine's paths: the scratch folders as <tmp>, the stand-in models as <tiny model>."""
+    for m in models:
+        text = text.replace(m, "<tiny model>") if m else text
     for d in dirs:
         text = text.replace(d, "<tmp>")
     return re.sub(r"<tmp>/tmp[\w]+", "<tmp>", text)
