@@ -325,3 +325,32 @@ def test_a_single_turn_row_ends_after_one_turn_and_its_prompt_shows_no_tools(qwe
     bad = [record_to_row({"prompt": "q", "agent_name": "react_agent"}, where="train.parquet row 3")]
     with pytest.raises(ValueError, match="train.parquet row 3: agent_name 'react_agent' is not an agent loop"):
         PromptLoader(bad, tok, DataConfig(), batch_size=1, tools=schema)
+
+
+def test_a_prompts_images_stay_with_its_trajectory_in_later_turns(qwen_tok, tmp_path):
+    """Each later context of a row with images keeps them, and the engine's unexpanded prompt ids (what
+    vLLM / SGLang expand themselves) go on with the turns, as the expanded input_ids do."""
+    from PIL import Image
+
+    from verl.data.multimodal import MultiModalInputs
+
+    tok = qwen_tok
+    call = _enc(tok, '<tool_call>{"name": "calc_gsm8k_reward", "arguments": {"answer": "72"}}</tool_call>')
+    done = _enc(tok, "ok") + [tok.eos_token_id]
+
+    class Recording(ScriptedEngine):
+        def generate(self, prompts, sampling):
+            self.seen = getattr(self, "seen", []) + [list(prompts.multi_modal)]
+            return super().generate(prompts, sampling)
+
+    engine = Recording(tok, [[call], [done]])
+    mt = _rollout(tok, engine, tmp_path, tool_config=_write(tmp_path, "t.yaml", GSM8K_YAML))
+    prompts, prompt_ids = _prompts(tok, ["look"])
+    image = Image.new("RGB", (8, 8))
+    prompts.multi_modal = [MultiModalInputs(images=(image,), engine_prompt_ids=(7, 8, 9))]
+    out = mt.generate(prompts, SamplingParams(max_new_tokens=64))
+    first, second = engine.seen[0][0], engine.seen[1][0]
+    assert first.engine_prompt_ids == (7, 8, 9) and first.images == (image,)
+    turn = engine.contexts[1][0][len(prompt_ids[0]):]  # the ids after the prompt in the second context
+    assert second.images == (image,) and second.engine_prompt_ids == (7, 8, 9) + tuple(turn)
+    assert turn[: len(call)] == call and out.multi_modal[0] is prompts.multi_modal[0]  # the batch keeps the prompt's

@@ -85,3 +85,15 @@ def test_real_verls_gsm8k_multi_turn_script_trains_a_step_with_its_tool(tmp_path
     args = tiny_args(script, str(tmp_path / "again"), tiny_gpt2, str(tmp_path / "real_verl"))
     cfg = load_translated(translate(args))
     assert cfg.rollout.tool_config.endswith("gsm8k_tool_config.yaml") and cfg.rollout.multi_turn.max_turns == 5
+
+
+def test_real_verls_geo3k_multi_turn_script_trains_a_step_on_a_vision_language_model(tmp_path, tiny_gpt2):
+    """Its Qwen2.5-VL stands in as the tiny random one, its rows are geo3k rows with an image each and
+    the tool-agent fields; the multi-turn rollout keeps the image in every later context."""
+    from verl.trainer.example_scripts import VISION_FAMILY
+
+    examples = load()
+    name = "examples/sglang_multiturn/geo3k/run_qwen2.5-3b_geo3k_multiturn.sh"
+    script = next(s for s in examples.scripts if s.name == name)
+    provide_files(examples, str(tmp_path / "real_verl"))
+    assert outcome(script, str(tmp_path), tiny_gpt2, train=True, vision_model=f"tiny:{VISION_FAMILY}") == TRAINS

@@ -50,13 +50,10 @@ def test_every_script_is_translated_as_the_doc_table_says():
     megatron = [s.name for s in load().scripts if any("ppo_megatron_trainer" in a for a in s.args)]
     assert len(megatron) == 30 and sum(doc[n] == TRAINS for n in megatron) >= 24
     assert not [n for n in megatron if "--config-name" in doc[n] or "Megatron config" in doc[n]]
-    # the vision-language scripts (data.image_key, or a -VL- model) run on the tiny VL model: all but the
-    # custom-dataset one and the three multi-turn geo3k ones (images in later turns) train
+    # the vision-language scripts (data.image_key, or a -VL- model: the multi-turn geo3k ones) run on the tiny VL
+    # model: all but the custom-dataset one train
     vision = [s.name for s in load().scripts if is_vision(s)]
-    assert len(vision) == 13
-    assert [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"] + [
-        f"examples/sglang_multiturn/geo3k/run_qwen2.5-3b_{k}geo3k_multiturn{g}.sh" for k, g in
-        (("", ""), ("", "_4xgpu"), ("megatron_", ""))]
+    assert len(vision) == 13 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
 
 
 @pytest.mark.parametrize("name", ["examples/rollout_correction/run_with_rollout_corr.sh",

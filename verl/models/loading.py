@@ -391,9 +391,6 @@ def check_vision_language(cfg) -> None:
         # prompt as the actor's does)
         "rollout.name": (cfg.rollout.name == "sglang", "sglang does not run vision-language models in verl; use "
                          "rollout.name: vllm or rollout.name: hf"),
-        _multi_turn_key(cfg.rollout): (cfg.rollout.is_multi_turn, "multi-turn rollouts (rollout.tools, tool_config, "
-                                       "environment, interaction_config) do not carry the prompt's images into "
-                                       "later turns yet; leave them unset"),
         "async_training.partial_rollout": (cfg.async_training.partial_rollout,
                                            "true: resumed partial responses do not carry the prompt's images yet; "
                                            "set it to false"),
@@ -402,8 +399,3 @@ def check_vision_language(cfg) -> None:
         if refused:
             raise ConfigError(f"{key_name}: {reason} (model.name '{m.name}' is a vision-language model)")
 
-
-def _multi_turn_key(r) -> str:
-    """The key that turns multi-turn rollouts on (the first given of those that do)."""
-    return next((f"rollout.{k}" for k in ("tools", "tool_config", "environment", "interaction_config")
-                 if getattr(r, k)), "rollout.tools")

@@ -14,7 +14,9 @@ the chat template's turn delimiters (verl/rollout/turn_template.py) and carry re
 and log-prob 0, so they never enter a loss (nor do end-of-turn tokens the engine did not sample,
 appended after a turn that stopped on a stop string). A chat template that re-renders earlier
 turns (Qwen3, DeepSeek-R1) is named in one line when the rollout is built; the trajectory keeps
-the tokens the model saw (docs/agents.md, "Chat templates"). Every turn's generation for all live trajectories
+the tokens the model saw (docs/agents.md, "Chat templates"). A prompt's images stay with its trajectory: each
+later context holds them (the engine's unexpanded prompt ids carry the turns after them; later turns are
+text). Every turn's generation for all live trajectories
 is one batched call of the inner engine (the HF, vLLM or SGLang backend, n = 1 per row); the tool
 calls of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
 drop out. With `multi_turn.turn_barrier: false` a turn does not wait for every trajectory's tools:
@@ -39,6 +41,7 @@ environment, "env_reward" (the sum of its step rewards; the `environment` reward
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import uuid
 from collections import Counter, defaultdict
@@ -450,6 +453,9 @@ def _contexts(rows: Batch, live: list, tokenizer) -> Batch:
     ids, att = left_padded(seqs, pad_id(tokenizer))
     pick = [t.row for t in live]
     sub = rows.select(pick)
+    if sub.multi_modal:  # a row with images: the engine's unexpanded prompt ids go on with the turns too
+        sub = sub.replace(multi_modal=[mm if mm is None else dataclasses.replace(
+            mm, engine_prompt_ids=tuple(mm.engine_prompt_ids) + tuple(t.ids)) for mm, t in zip(sub.multi_modal, live)])
     return sub.replace(input_ids=ids, attention_mask=att, position_ids=None)
 
 
