@@ -44,6 +44,14 @@ class Reversed(AbstractCurriculumSampler):
                 fh.write(json.dumps(rows) + "\\n")
 
 
+class LoggedRandom(RandomCurriculumSampler):
+    """Real verl's test sampler, its update() logging each step's rows to $SAMPLER_LOG."""
+
+    def update(self, batch):
+        with open(os.environ["SAMPLER_LOG"], "a") as fh:
+            fh.write(json.dumps([int(i) for i in batch.non_tensor_batch["index"]][::2]) + "\\n")
+
+
 class LowestScoreFirst(AbstractCurriculumSampler):
     """A curriculum: each next row is the one with the lowest score so far (update() adds the step's scores);
     its state says where the epoch stands."""
@@ -215,3 +223,23 @@ def test_sampler_refusals_are_one_line(samplers, tmp_path, capsys, extra, named)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith("error: ") and named.format(samplers=samplers) in err[0], err[0]
+
+
+def test_resumed_run_continues_the_sampler_order(samplers, tmp_path, monkeypatch):
+    """main_ppo, 4 steps at once, and 2 steps then resumed to 4 (trainer.resume_mode auto): the same rows per step,
+    across the epoch boundary inside step 3 (5 rows, 2 per step)."""
+    from verl.trainer.example_scripts import write_rows
+
+    train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=5)
+
+    def run(out, steps, log):
+        monkeypatch.setenv("SAMPLER_LOG", str(tmp_path / log))
+        assert main(_line(train, samplers, "LoggedRandom", [f"trainer.total_training_steps={steps}",
+                                                            "trainer.save_freq=1", f"trainer.default_local_dir={out}",
+                                                            "+logging.progress_bar=false"])) == 0
+        return [json.loads(line) for line in (tmp_path / log).read_text().splitlines()]
+
+    whole = run(tmp_path / "a", 4, "a.jsonl")
+    run(tmp_path / "b", 2, "b.jsonl")
+    assert run(tmp_path / "b", 4, "b.jsonl") == whole
+    assert sorted(sum(whole[:2], []) + whole[2][:1]) == [0, 1, 2, 3, 4]  # the first epoch: every row once
