@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Optional
 
 from verl.compat import real_converters as conv
+from verl.compat import real_data_classes as data_classes
 from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
                                    ignored, module_names, only, reads, same_as, to)
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
@@ -79,10 +80,15 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.trust_remote_code", ignored("the tokenizer follows actor_rollout_ref.model.trust_remote_code")),
     ("data.train_max_samples", only(-1, None, why="random subsets of the training set")),
     ("data.val_max_samples", only(-1, None, why="random subsets of the validation set")),
-    ("data.custom_cls.path", only(None, why="custom dataset classes")),
-    ("data.custom_cls.name", ignored("used with data.custom_cls.path only")),
-    ("data.sampler.class_path", only(None, why="curriculum samplers")),
-    ("data.sampler.class_name", ignored("used with data.sampler.class_path only")),
+    ("data.custom_cls.path", custom(data_classes.dataset_class, "data.dataset_class = path:name",
+                                    note="a dataset class (a torch Dataset; real verl's RLHFDataset interface is "
+                                         "verl.utils.dataset.rl_dataset here): its items become the rows")),
+    ("data.custom_cls.name", reads("data.dataset_class with data.custom_cls.path")),
+    ("data.sampler.class_path", custom(data_classes.sampler_class, "data.sampler_class = class_path:class_name",
+                                       note="an AbstractSampler (verl.experimental.dataset.sampler here): the "
+                                            "order of training prompts; a curriculum one's update(batch) after "
+                                            "each step")),
+    ("data.sampler.class_name", reads("data.sampler_class with data.sampler.class_path")),
     ("data.datagen.path", only(None, why="dynamic data generation")),
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),

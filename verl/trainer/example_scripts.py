@@ -2,6 +2,7 @@
 
     python -m verl.trainer.example_scripts           # run them all, print the table
     python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
+    python -m verl.trainer.example_scripts --only curriculum   # the scripts whose name holds it (repeatable)
 
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
@@ -12,8 +13,10 @@ AIME layouts for files of those names; geo3k rows with a PNG image each for a vi
 the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 tokens (256 with an image) and
 responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
-scratch folder, and files inside real verl's tree that a script reads (a custom reward file) are
-stand-ins with the same function signature. Each script then either trains a step ("trains a
+scratch folder, and files inside real verl's tree that a script reads (a custom reward file, a dataset
+class, a sampler module named pkg://tests...: verl/trainer/example_stand_ins.py) are stand-ins with the
+same names and signatures; a relative data.custom_cls.path and a pkg:// sampler are read from that tree, as
+the script runs in its root. Each script then either trains a step ("trains a
 step"), or is refused with the one line main_ppo prints. tests/test_main_ppo.py translates
 every script and trains a representative few, and checks the table against the outcome.
 """
@@ -252,6 +255,10 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
             value = "['console']"
         elif key == "trainer.default_local_dir":
             value = os.path.join(work, "out")
+        elif key == "data.custom_cls.path" and not os.path.isabs(value):  # the script runs in real verl's root
+            value = os.path.join(root, value)
+        elif key == "data.sampler.class_path" and value.startswith("pkg://"):  # a module of real verl's tree
+            value = os.path.join(root, *value[len("pkg://"):].replace("/", ".").split(".")) + ".py"
         args.append(f"{raw_key}={value}")
     if "data.train_files" not in seen:
         args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision, tool_agent)}")
@@ -264,19 +271,28 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
 
 
 def provide_files(examples: Examples, root: str) -> None:
-    """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards."""
+    """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards,
+    dataset classes and samplers (verl/trainer/example_stand_ins.py)."""
+    from verl.trainer import example_stand_ins as stand_ins
+
+    texts: dict[str, str] = {}  # path -> its text (retool.py holds both a reward and a dataset class)
     for rel, text in examples.files.items():
-        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-        with open(os.path.join(root, rel), "w", encoding="utf-8") as fh:
-            fh.write(text)
+        texts[os.path.join(root, rel)] = text
     for script in examples.scripts:
         for arg in script.args:
             key, _, value = arg.partition("=")
-            if key.lstrip("+").endswith("custom_reward_function.path") and "{real_verl}" in value:
-                path = value.replace("{real_verl}", root)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(STAND_IN_REWARD)
+            key = key.lstrip("+")
+            rel = value.replace("{real_verl}/", "")
+            if key.endswith("custom_reward_function.path") and "{real_verl}" in value:
+                texts[os.path.join(root, rel)] = STAND_IN_REWARD + texts.get(os.path.join(root, rel), "")
+            elif key == "data.custom_cls.path" and rel in stand_ins.DATASETS:
+                texts[os.path.join(root, rel)] = texts.get(os.path.join(root, rel), "") + stand_ins.DATASETS[rel]
+    for module, text in stand_ins.MODULES.items():
+        texts[os.path.join(root, *module.split(".")) + ".py"] = text
+    for path, text in texts.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 # ---------------------------------------------------------------------------
@@ -372,8 +388,19 @@ def write(results: dict[str, str], path: str = DOC) -> None:
     replace_between(path, BEGIN, END, render_table(results))
 
 
+def _only(argv: list[str]):
+    """The script names `--only SUBSTRING` (repeatable) selects; None: all."""
+    picked = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--only"]
+    if not picked:
+        return None
+    return {s.name for s in load().scripts if any(p in s.name for p in picked)}
+
+
 if __name__ == "__main__":
-    found = run_all(train=True)
+    names = _only(sys.argv[1:])
+    if names is not None and "--write" in sys.argv[1:]:
+        sys.exit("error: --write rewrites the whole table; run it without --only")
+    found = run_all(train=True, names=names)
     if "--write" in sys.argv[1:]:
         write(found)
-    print(render_table(found))
+    print(render_table(found) if names is None else "\n".join(f"| `{k}` | {v} |" for k, v in found.items()))

@@ -122,6 +122,7 @@ class Trainer:
         self.compute_advantages(batch, score_mask)                        # 4.
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
+        self.train_data.after_step(batch, self.global_step + 1)           # a curriculum sampler's update(batch)
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
         # the adaptive coefficient steers the KL the reward was penalised with (when it is)
         measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
