@@ -183,7 +183,7 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     ("reward_model.enable=True", "reward_model.enable"),
     ("actor_rollout_ref.rollout.name=trtllm", "real verl's actor_rollout_ref.rollout.name=trtllm is not supported"),
     ("custom_reward_function.path=missing_reward.py", "custom_reward_function.path: file 'missing_reward.py' not found"),
-    ("reward.reward_manager.name=prime", "real verl's reward.reward_manager.name=prime is not supported"),
+    ("reward.reward_manager.name=limited", "real verl's reward.reward_manager.name=limited is not supported"),
     ("distillation.enabled=True", "distillation.teacher_models.teacher_model.model_path: distillation.enabled=True needs the teacher's model"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path"),
     ("model_engine=veomni", "real verl's model_engine=veomni is not supported"),
