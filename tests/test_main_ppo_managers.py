@@ -63,3 +63,20 @@ def test_prime_and_gdpo_take_no_reward_kwargs_and_ours_must_agree(tmp_path):
         load_translated(translate(_base(tmp_path, ["reward_model.reward_manager=prime", "reward_fn.on_error=fail"])))
     with pytest.raises(ConfigError, match="reward_manager=limited is not supported"):
         translate(_base(tmp_path, ["reward_model.reward_manager=limited"]))
+
+
+# ---------------------------------------------------------------------------- MTP and Prometheus
+
+
+def test_mtp_training_is_refused_and_prometheus_is_noted(tmp_path):
+    M = "actor_rollout_ref.model.mtp"
+    with pytest.raises(ConfigError, match=r"^real verl's actor_rollout_ref.model.mtp.enable_train=True is not "
+                                          r"supported: training the model's multi-token-prediction \(MTP\) heads"):
+        translate(_base(tmp_path, [f"{M}.enable=True", f"{M}.enable_train=True", f"{M}.mtp_loss_scaling_factor=0.1"]))
+    tr = translate(_base(tmp_path, [f"{M}.enable=True", f"{M}.enable_rollout=True", f"{M}.num_speculative_tokens=2",
+                                    "actor_rollout_ref.rollout.prometheus.enable=True",
+                                    "actor_rollout_ref.rollout.prometheus.port=44398"]))
+    for key in (f"{M}.enable", f"{M}.enable_rollout", f"{M}.num_speculative_tokens",
+                "actor_rollout_ref.rollout.prometheus.enable", "actor_rollout_ref.rollout.prometheus.port"):
+        assert any(n.startswith(f"ignored {key}=") for n in tr.notes), key
+    assert tr.values == translate(_base(tmp_path)).values  # nothing of ours changes

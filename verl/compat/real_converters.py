@@ -31,6 +31,10 @@ LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo"
 # float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
 MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
                   "here the master weights stay float32 (model.dtype sets the compute dtype)")
+# model.mtp.enable_train: real verl trains the multi-token-prediction heads in its Megatron engine only
+MTP_TRAINING = ("training the model's multi-token-prediction (MTP) heads: the Hugging Face forward trained here "
+                "runs no MTP layer (transformers does not run MiMo's or DeepSeek-V3's), so there is no MTP loss to "
+                "add, and real verl trains them in its Megatron engine only")
 LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}

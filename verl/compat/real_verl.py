@@ -122,6 +122,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.enable_activation_offload", ignored("memory only")),
     (f"{ARR}.model.return_last_hidden_state", ignored(_ENGINE)),
     (f"{ARR}.model.use_fused_loss", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.mtp.enable", ignored("loading and saving the multi-token-prediction (MTP) layers, which train "
+                                        "nothing without enable_train: the Hugging Face model here runs no MTP "
+                                        "layer (a saved model has none); the update is the same")),
+    (f"{ARR}.model.mtp.enable_train", only(False, why=conv.MTP_TRAINING)),
+    (f"{ARR}.model.mtp.enable_rollout", ignored("speculative decoding with the MTP layers: speed only (the engine "
+                                                "samples from the same distribution); decoding here is not "
+                                                "speculative")),
+    (f"{ARR}.model.mtp.*", ignored("used with mtp.enable_train / enable_rollout only")),
     (f"{ARR}.hybrid_engine", ignored("generation and training always share the devices here")),
     (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
     # ---- actor
@@ -271,6 +279,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.quantization_config_file", only(None, why="a quantization config file (torchao's)")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
+    (f"{ROLLOUT}.prometheus.enable", ignored("Prometheus scraping of the vLLM/SGLang servers' metrics: monitoring "
+                                             "only; nothing is exported to Prometheus here, the engine's timings "
+                                             "and throughput are in metrics.jsonl (timing_s/*, perf/*)")),
+    (f"{ROLLOUT}.prometheus.*", ignored("used with prometheus.enable only")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
     (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
     (f"{ROLLOUT}.val_kwargs.do_sample", custom(conv.val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
