@@ -54,6 +54,25 @@ def adv_estimator(value, ctx, key):
 NORM_BY_STD_FIXED = {"gpg": False, "gdpo": True}
 
 
+def pf_ppo(value, ctx, key):
+    """algorithm.use_pf_ppo: real verl resamples the batch after GAE's advantages only (compute_advantage's gae
+    branch); with another estimator it does nothing, and neither does the translation (a note says so)."""
+    if not as_bool(value, key):
+        return {}
+    estimator = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1]
+    if estimator != "gae":
+        ctx.notes.append(f"ignored {key}=True: real verl reweights after GAE only, and adv_estimator is "
+                         f"{ctx.get('algorithm.adv_estimator')}")
+        return {}
+    from verl.algorithms.pf_ppo import REWEIGHT_METHODS
+
+    method_key = "algorithm.pf_ppo.reweight_method"
+    method = pick(ctx.get(method_key), method_key, dict(zip(REWEIGHT_METHODS, REWEIGHT_METHODS)))
+    return {"algorithm.pf_ppo.enable": True, "algorithm.pf_ppo.reweight_method": method,
+            "algorithm.pf_ppo.weight_pow": as_float(ctx.get("algorithm.pf_ppo.weight_pow"),
+                                                    "algorithm.pf_ppo.weight_pow")}
+
+
 def norm_adv_by_std(value, ctx, key):
     estimator = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1]
     if estimator in NORM_BY_STD_FIXED:

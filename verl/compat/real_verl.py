@@ -374,7 +374,12 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.kl_ctrl.kl_coef", to("algorithm.kl_coef", as_float, default=0.001, note="KL-in-reward coefficient")),
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
-    ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
+    ("algorithm.use_pf_ppo", custom(conv.pf_ppo, "algorithm.pf_ppo.enable", default=False,
+                                    note="resamples the batch by its scores after GAE (gae only, as real verl; "
+                                         "other estimators: noted, no effect)")),
+    ("algorithm.pf_ppo.reweight_method", reads("algorithm.pf_ppo.reweight_method with use_pf_ppo", default="pow",
+                                               note="pow | max_min | max_random")),
+    ("algorithm.pf_ppo.weight_pow", reads("algorithm.pf_ppo.weight_pow with use_pf_ppo", default=2.0)),
     ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "algorithm.rollout_correction.rollout_is",
                                                        default=None,
                                                        note="token | sequence importance weights pi_old / pi_engine "
@@ -396,7 +401,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.rollout_correction.loss_type", reads("algorithm.rollout_correction.loss_type and algorithm."
                                                      "policy_loss with bypass_mode", default="ppo_clip",
                                                      note="ppo_clip | reinforce")),
-    ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
     ("trainer.total_epochs", custom(conv.total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
                                     default=30, phase=2, note="used when total_training_steps is null")),
