@@ -201,13 +201,13 @@ def test_unsupported_key_or_value_is_one_line_exit_2(data, tmp_path, capsys, arg
 def test_module_entry_point_and_debug(data, tmp_path, capsys):
     train, val = data
     args = [sys.executable, "-m", "verl.trainer.main_ppo", *_quickstart(train, val, tmp_path / "out"),
-            "algorithm.use_pf_ppo=True"]
+            "trainer.val_only=True"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "algorithm.use_pf_ppo" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "trainer.val_only" in proc.stderr
     assert main(args[3:] + ["--debug"]) == 2  # --debug: the traceback, then the same line and exit code
     err = capsys.readouterr().err
     assert "Traceback" in err and "ConfigError" in err and err.strip().splitlines()[-1].startswith(
-        "error: real verl's algorithm.use_pf_ppo=True")
+        "error: real verl's trainer.val_only=True")
 
 
 def test_doc_table_is_the_code_table():

@@ -31,6 +31,7 @@ from verl.compat import real_converters as conv
 from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
                                    ignored, module_names, only, reads, same_as, to)
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
+from verl.compat.real_lora import ENTRIES as LORA_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
 from verl.compat.real_distillation import DISTILLATION_ENTRIES
 from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
@@ -100,15 +101,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
                                                note="padding-free packing; a vision-language model trains padded "
                                                     "here (same results)")),
-    (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
-    (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
-    (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
-    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", module_names,
-                                        note="peft's exclude_modules, as real verl's FSDP engine passes it: a "
-                                             "regex of whole names or a list of names; not given, all-linear "
-                                             "skips a vision-language model's tower here (real verl adapts it)")),
-    (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
-                                            "model (peft's merge_and_unload) and give that folder as model.path")),
+    *LORA_ENTRIES,  # verl/compat/real_lora.py: lora_rank, lora_alpha, ..., lora_adapter_path, lora.*
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
     (f"{ARR}.model.override_config", to("model.override_config", conv.model_override,
                                         dict_value=True,
