@@ -183,3 +183,24 @@ def test_megatron_lora_rank_needs_the_megatron_engine(tmp_path, tiny_gpt2):
                                           r"engine reads actor_rollout_ref.model.lora_rank\)"):
         translate(_real_line(tmp_path, tiny_gpt2, [f"{L}.rank=8", f"{L}.lora_A_init_method=kaiming"]))
     assert "model.lora.rank" not in translate(_real_line(tmp_path, tiny_gpt2, [f"{L}.rank=0"])).values
+
+
+@pytest.mark.parametrize("init", ["kaiming", "gaussian"])
+def test_init_lora_weights_starts_a_as_peft_does(init, tiny_gpt2):
+    from transformers import AutoModelForCausalLM
+
+    from verl.models.lora import apply_lora
+
+    lora = config_from_dict({"model": {"lora": {"rank": 8, "target_modules": ["c_attn"],
+                                                "init_lora_weights": init}}}).model.lora
+    torch.manual_seed(0)
+    model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_gpt2), lora)
+    a = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if ".lora_A." in n])
+    b = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if ".lora_B." in n])
+    assert torch.count_nonzero(b) == 0  # B starts at zero either way: the model starts as the base
+    fan_in = a.numel() // (8 * 2)  # A is (r, fan_in) in each of 2 layers
+    if init == "gaussian":  # peft's gaussian: normal with std 1 / r = 0.125
+        assert a.std().item() == pytest.approx(1 / 8, rel=0.05)
+    else:  # kaiming-uniform with a = sqrt(5): uniform on +-1 / sqrt(fan_in), std 1 / sqrt(3 fan_in)
+        assert a.abs().max().item() <= 1 / fan_in ** 0.5
+        assert a.std().item() == pytest.approx(1 / (3 * fan_in) ** 0.5, rel=0.05)
