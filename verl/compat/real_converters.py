@@ -31,6 +31,10 @@ LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo"
 # float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
 MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
                   "here the master weights stay float32 (model.dtype sets the compute dtype)")
+# model.mtp.enable_train: real verl trains the multi-token-prediction heads in its Megatron engine only
+MTP_TRAINING = ("training the model's multi-token-prediction (MTP) heads: the Hugging Face forward trained here "
+                "runs no MTP layer (transformers does not run MiMo's or DeepSeek-V3's), so there is no MTP loss to "
+                "add, and real verl trains them in its Megatron engine only")
 LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}
@@ -48,6 +52,25 @@ def adv_estimator(value, ctx, key):
 # estimators whose real verl function never reads norm_adv_by_std_in_grpo: what it does instead
 # (gpg never divides by the std; gdpo, called without it, always does)
 NORM_BY_STD_FIXED = {"gpg": False, "gdpo": True}
+
+
+def pf_ppo(value, ctx, key):
+    """algorithm.use_pf_ppo: real verl resamples the batch after GAE's advantages only (compute_advantage's gae
+    branch); with another estimator it does nothing, and neither does the translation (a note says so)."""
+    if not as_bool(value, key):
+        return {}
+    estimator = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1]
+    if estimator != "gae":
+        ctx.notes.append(f"ignored {key}=True: real verl reweights after GAE only, and adv_estimator is "
+                         f"{ctx.get('algorithm.adv_estimator')}")
+        return {}
+    from verl.algorithms.pf_ppo import REWEIGHT_METHODS
+
+    method_key = "algorithm.pf_ppo.reweight_method"
+    method = pick(ctx.get(method_key), method_key, dict(zip(REWEIGHT_METHODS, REWEIGHT_METHODS)))
+    return {"algorithm.pf_ppo.enable": True, "algorithm.pf_ppo.reweight_method": method,
+            "algorithm.pf_ppo.weight_pow": as_float(ctx.get("algorithm.pf_ppo.weight_pow"),
+                                                    "algorithm.pf_ppo.weight_pow")}
 
 
 def norm_adv_by_std(value, ctx, key):

@@ -32,6 +32,7 @@ from verl.compat import real_data_classes as data_classes
 from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
                                    ignored, module_names, only, reads, same_as, to)
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
+from verl.compat.real_lora import ENTRIES as LORA_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
 from verl.compat.real_distillation import DISTILLATION_ENTRIES
 from verl.compat.real_multi_turn import ENTRIES as MULTI_TURN_ENTRIES
@@ -108,15 +109,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
                                                note="padding-free packing; a vision-language model trains padded "
                                                     "here (same results)")),
-    (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
-    (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
-    (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
-    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", module_names,
-                                        note="peft's exclude_modules, as real verl's FSDP engine passes it: a "
-                                             "regex of whole names or a list of names; not given, all-linear "
-                                             "skips a vision-language model's tower here (real verl adapts it)")),
-    (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
-                                            "model (peft's merge_and_unload) and give that folder as model.path")),
+    *LORA_ENTRIES,  # verl/compat/real_lora.py: lora_rank, lora_alpha, ..., lora_adapter_path, lora.*
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
     (f"{ARR}.model.override_config", to("model.override_config", conv.model_override,
                                         dict_value=True,
@@ -130,6 +123,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.enable_activation_offload", ignored("memory only")),
     (f"{ARR}.model.return_last_hidden_state", ignored(_ENGINE)),
     (f"{ARR}.model.use_fused_loss", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.mtp.enable", ignored("loading and saving the multi-token-prediction (MTP) layers, which train "
+                                        "nothing without enable_train: the Hugging Face model here runs no MTP "
+                                        "layer (a saved model has none); the update is the same")),
+    (f"{ARR}.model.mtp.enable_train", only(False, why=conv.MTP_TRAINING)),
+    (f"{ARR}.model.mtp.enable_rollout", ignored("speculative decoding with the MTP layers: speed only (the engine "
+                                                "samples from the same distribution); decoding here is not "
+                                                "speculative")),
+    (f"{ARR}.model.mtp.*", ignored("used with mtp.enable_train / enable_rollout only")),
     (f"{ARR}.hybrid_engine", ignored("generation and training always share the devices here")),
     (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
     # ---- actor
@@ -274,6 +275,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.quantization_config_file", only(None, why="a quantization config file (torchao's)")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
+    (f"{ROLLOUT}.prometheus.enable", ignored("Prometheus scraping of the vLLM/SGLang servers' metrics: monitoring "
+                                             "only; nothing is exported to Prometheus here, the engine's timings "
+                                             "and throughput are in metrics.jsonl (timing_s/*, perf/*)")),
+    (f"{ROLLOUT}.prometheus.*", ignored("used with prometheus.enable only")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
     (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
     (f"{ROLLOUT}.val_kwargs.do_sample", custom(conv.val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
@@ -365,7 +370,12 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.kl_ctrl.kl_coef", to("algorithm.kl_coef", as_float, default=0.001, note="KL-in-reward coefficient")),
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
-    ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
+    ("algorithm.use_pf_ppo", custom(conv.pf_ppo, "algorithm.pf_ppo.enable", default=False,
+                                    note="resamples the batch by its scores after GAE (gae only, as real verl; "
+                                         "other estimators: noted, no effect)")),
+    ("algorithm.pf_ppo.reweight_method", reads("algorithm.pf_ppo.reweight_method with use_pf_ppo", default="pow",
+                                               note="pow | max_min | max_random")),
+    ("algorithm.pf_ppo.weight_pow", reads("algorithm.pf_ppo.weight_pow with use_pf_ppo", default=2.0)),
     ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "algorithm.rollout_correction.rollout_is",
                                                        default=None,
                                                        note="token | sequence importance weights pi_old / pi_engine "
@@ -387,7 +397,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.rollout_correction.loss_type", reads("algorithm.rollout_correction.loss_type and algorithm."
                                                      "policy_loss with bypass_mode", default="ppo_clip",
                                                      note="ppo_clip | reinforce")),
-    ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
     ("trainer.total_epochs", custom(conv.total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
                                     default=30, phase=2, note="used when total_training_steps is null")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -21,6 +22,20 @@ class LoraConfig(Section):
     # a regex the whole module name matches (e.g. ".*visual.*": none in a Qwen-VL vision tower) or a list of
     # names, each the module's name or its last parts; None: none excluded
     exclude_modules: Any = None
+    # How A starts (B starts at zero, so training starts from the base model): kaiming (peft's default,
+    # kaiming-uniform; Megatron's lora_A_init_method kaiming) | gaussian (normal, std 1/rank)
+    init_lora_weights: str = key("kaiming", choices=("kaiming", "gaussian"))
+    # A saved peft adapter folder (adapter_config.json + weights) to start from, its weights trained further
+    # (real verl's actor_rollout_ref.model.lora_adapter_path). Its own rank / alpha / dropout / targets are
+    # used: keys above left at their defaults take them, others must equal them (verl/models/lora_adapter.py)
+    adapter_path: Optional[str] = None
+
+    def validate(self, path: str) -> None:
+        if self.adapter_path is not None:
+            from verl.models.lora_adapter import adopt, read_adapter
+
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            adopt(self, read_adapter(self.adapter_path, f"{path}.adapter_path"), path, defaults)
 
 
 @dataclass

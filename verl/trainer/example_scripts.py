@@ -2,7 +2,7 @@
 
     python -m verl.trainer.example_scripts           # run them all, print the table
     python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
-    python -m verl.trainer.example_scripts --only curriculum   # the scripts whose name holds it (repeatable)
+    python -m verl.trainer.example_scripts --only lora --only pfppo   # the scripts whose name has one (no --write)
 
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
@@ -11,7 +11,8 @@ folder; for a vision-language script, one that sets data.image_key, the tiny ran
 verl/models/tiny_vl.py), the data (two-row parquet files in real verl's GSM8K layout; MATH, DAPO-Math and
 AIME layouts for files of those names; geo3k rows with a PNG image each for a vision-language script),
 the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 tokens (256 with an image) and
-responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
+responses 4 tokens, one device) and the steps (one); a saved LoRA adapter a script starts from (lora_adapter_path)
+is one saved on the stand-in model (rank 8, all-linear); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
 scratch folder, and files inside real verl's tree that a script reads (a custom reward file, a dataset
 class, a sampler module named pkg://tests...: verl/trainer/example_stand_ins.py) are stand-ins with the
@@ -55,6 +56,7 @@ VISION_SIZES = {"data.max_prompt_length": "256"}
 VISION_FAMILY = "qwen2_5_vl"  # the stand-in of a vision-language script's model (verl/models/tiny_vl.py)
 ALWAYS = ("data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
           "actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.total_training_steps", "trainer.n_gpus_per_node")
+ADAPTER_KEYS = ("actor_rollout_ref.model.lora_adapter_path", "actor_rollout_ref.model.lora.adapter_path")
 MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
               "reward.reward_model.model_path", "critic.model.tokenizer_path", "data.tokenizer")
 STAND_IN_REWARD = '''def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -245,6 +247,8 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
             value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision, tool_agent)
         elif key in MODEL_KEYS:
             value = model
+        elif key in ADAPTER_KEYS and value not in ("null", "None", ""):
+            value = stand_in_adapter(model, os.path.dirname(root))
         elif key in sizes:
             value = sizes[key]
         elif key == "actor_rollout_ref.rollout.n":
@@ -262,12 +266,27 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
         args.append(f"{raw_key}={value}")
     if "data.train_files" not in seen:
         args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision, tool_agent)}")
+    if "actor_rollout_ref.model.path" not in seen:  # real verl's default model, replaced as a given one is
+        args.append(f"actor_rollout_ref.model.path={model}")
     args += [f"{k}={sizes[k]}" for k in ALWAYS if k not in seen]
     for k, v in (("trainer.default_local_dir", os.path.join(work, "out")), ("trainer.logger", "['console']"),
                  ("trainer.device", "cpu")):
         if k not in seen:
             args.append(f"{k}={v}")
     return args
+
+
+def stand_in_adapter(model: str, work: str) -> str:
+    """A peft LoRA adapter (rank 8, all-linear) saved on `model` in `work` (once): a script's saved adapter."""
+    folder = os.path.join(work, "stand_in_lora_adapter_" + os.path.basename(model.rstrip("/")))
+    if not os.path.exists(os.path.join(folder, "adapter_config.json")):
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(model),
+                                    LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+        peft_model.save_pretrained(folder)
+    return folder
 
 
 def provide_files(examples: Examples, root: str) -> None:
@@ -389,18 +408,21 @@ def write(results: dict[str, str], path: str = DOC) -> None:
 
 
 def _only(argv: list[str]):
-    """The script names `--only SUBSTRING` (repeatable) selects; None: all."""
-    picked = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--only"]
-    if not picked:
+    """The script names `--only SUBSTRING` (repeatable) selects, or None (all)."""
+    wanted = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--only"]
+    if not wanted:
         return None
-    return {s.name for s in load().scripts if any(p in s.name for p in picked)}
+    return {s.name for s in load().scripts if any(w in s.name for w in wanted)}
 
 
 if __name__ == "__main__":
-    names = _only(sys.argv[1:])
-    if names is not None and "--write" in sys.argv[1:]:
-        sys.exit("error: --write rewrites the whole table; run it without --only")
-    found = run_all(train=True, names=names)
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(__doc__.split("`verl/compat/", 1)[0].rstrip())
+        sys.exit(0)
+    selected = _only(sys.argv[1:])
+    if selected is not None and "--write" in sys.argv[1:]:
+        sys.exit("--write rewrites the whole table: run it without --only")
+    found = run_all(train=True, names=selected)
     if "--write" in sys.argv[1:]:
         write(found)
-    print(render_table(found) if names is None else "\n".join(f"| `{k}` | {v} |" for k, v in found.items()))
+    print(render_table(found) if selected is None else "\n".join(f"| `{k}` | {v} |" for k, v in found.items()))

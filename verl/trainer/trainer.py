@@ -22,6 +22,7 @@ from verl.algorithms.kl import build_kl_controller
 from verl.algorithms.off_policy import engine_kl
 from verl.algorithms.masked import masked_mean
 from verl.algorithms.off_policy import correct, correction_spec
+from verl.algorithms.pf_ppo import pf_ppo_indices
 from verl.backends import build_backend
 from verl.batch import Batch
 from verl.checkpoint.full_state import RunState
@@ -119,7 +120,8 @@ class Trainer:
         self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
         score_mask = self.correct_rollout(batch)                          # rejection, importance weights
-        self.compute_advantages(batch, score_mask)                        # 4.
+        batch = self.compute_advantages(batch, score_mask)                # 4. (pf_ppo: a resampled batch)
+        experience.batch = batch  # the step's metrics are of the batch trained on, as real verl's
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
         self.train_data.after_step(batch, self.global_step + 1)           # a curriculum sampler's update(batch)
@@ -196,9 +198,17 @@ class Trainer:
         return before
 
     @stage("advantages")
-    def compute_advantages(self, batch: Batch, score_mask=None) -> None:
-        _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value,
-                                                      self.reward_weights, score_mask=score_mask)
+    def compute_advantages(self, batch: Batch, score_mask=None) -> Batch:
+        """Fills the batch's rewards, advantages and returns; returns the batch the update trains on: this one,
+        or with algorithm.pf_ppo its rows resampled by their scores (verl/algorithms/pf_ppo.py)."""
+        a = self.config.algorithm
+        _, self._parts["advantages"] = add_advantages(batch, a, self.kl_ctrl.value, self.reward_weights,
+                                                      score_mask=score_mask)
+        if not a.pf_ppo.enable:
+            return batch
+        index = pf_ppo_indices(batch.token_level_scores.sum(dim=1), a.pf_ppo.reweight_method, a.pf_ppo.weight_pow)
+        self._parts["advantages"]["pf_ppo/unique_samples"] = float(len(set(index.tolist())))
+        return batch.select(index)
 
     @stage("update_critic")
     def update_critic(self, batch: Batch) -> None:
