@@ -27,10 +27,9 @@ ESTIMATORS = {
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
               "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
-# fsdp_config.model_dtype other than fp32: the trained weights themselves in bf16/fp16, updated with no
-# float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
-MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
-                  "here the master weights stay float32 (model.dtype sets the compute dtype)")
+# a critic's fsdp_config.model_dtype other than fp32: the critic keeps float32 master weights here
+MASTER_WEIGHTS = ("a critic trained in bf16/fp16 with no float32 master copy; the critic's master weights stay "
+                  "float32 here (the actor's fsdp_config.model_dtype=bfloat16 maps to model.mixed_precision: pure)")
 # model.mtp.enable_train: real verl trains the multi-token-prediction heads in its Megatron engine only
 MTP_TRAINING = ("training the model's multi-token-prediction (MTP) heads: the Hugging Face forward trained here "
                 "runs no MTP layer (transformers does not run MiMo's or DeepSeek-V3's), so there is no MTP loss to "
@@ -177,6 +176,22 @@ def dynamic_bsz(value, ctx, key):
 
 def param_dtype(value, ctx, key):
     return {"model.dtype": pick(value, key, DTYPES)}
+
+
+def model_dtype(value, ctx, key):
+    """The actor's weights' own dtype. fp32 (real verl's default): float32 master weights, computing in
+    mixed_precision.param_dtype. bf16/fp16: the weights themselves in that dtype, stepped by AdamW with no
+    float32 master (model.mixed_precision: pure), computing in it too."""
+    if value is None:
+        return {}
+    dtype = pick(value, key, DTYPES)
+    if dtype == "float32":
+        return {}
+    compute = ctx.get(f"{ACTOR}.fsdp_config.mixed_precision.param_dtype")
+    if compute is not None and pick(compute, f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", DTYPES) != dtype:
+        raise ConfigError(f"{key}={value} with {ACTOR}.fsdp_config.mixed_precision.param_dtype={compute}: weights held "
+                          f"in {dtype} compute in {dtype} here; give both the same dtype")
+    return {"model.dtype": dtype, "model.mixed_precision": "pure"}
 
 
 SCHEDULERS = {"constant": "constant", "cosine": "cosine"}

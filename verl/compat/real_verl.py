@@ -192,7 +192,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
     (f"{ACTOR}.fsdp_config.param_offload", ignored("parameter offload: memory only")),
     (f"{ACTOR}.fsdp_config.optimizer_offload", to("training.offload_optimizer", as_bool, note="memory only")),
-    (f"{ACTOR}.fsdp_config.model_dtype", only("fp32", "float32", None, why=conv.MASTER_WEIGHTS)),
+    (f"{ACTOR}.fsdp_config.model_dtype", custom(conv.model_dtype, "model.dtype + model.mixed_precision",
+                                                real_default="fp32",
+                                                note="bf16/fp16: the weights themselves in that dtype, no float32 "
+                                                     "master copy (model.mixed_precision: pure)")),
     (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(conv.param_dtype, "model.dtype",
                                                                 note="bf16/fp16/fp32; not given: `auto` here, bf16 on "
                                                                      "a GPU as real verl, float32 on the CPU")),

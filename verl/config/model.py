@@ -76,7 +76,10 @@ class ModelConfig(Section):
     # model.dtype (FSDP's MixedPrecisionPolicy). auto: param_copy for full fine-tuning in bf16/fp16
     # on a CUDA device in one process, unless training.offload_optimizer (the copy's 2 bytes per
     # parameter stay through the optimizer step that offloading makes room for); autocast elsewhere.
-    mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy"))
+    # pure: no float32 master copy -- the trained weights themselves are model.dtype, and AdamW steps them
+    # (its moments in model.dtype too): 8 bytes a parameter instead of 16, and every update rounded to
+    # model.dtype (real verl's fsdp_config.model_dtype=bfloat16). Never chosen by auto.
+    mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy", "pure"))
     lora: LoraConfig = key(factory=LoraConfig)
     # A vision-language model's vision tower (and its projector) is not trained: requires_grad off, not in
     # the optimizer (real verl's actor.freeze_vision_tower). With LoRA the tower never gets adapters anyway.
@@ -88,11 +91,12 @@ class ModelConfig(Section):
         if self.use_flash_attention and self.attn_implementation not in ("auto", "flash_attention_2"):
             raise ConfigError(f"{path}.use_flash_attention: true contradicts {path}.attn_implementation: "
                               f"{self.attn_implementation}; keep one of them")
-        if self.mixed_precision == "param_copy":
+        if self.mixed_precision in ("param_copy", "pure"):
+            mode = self.mixed_precision
             if self.dtype not in ("bfloat16", "float16", "auto"):  # auto: checked again once resolved
-                raise ConfigError(f"{path}.mixed_precision: param_copy computes in model.dtype, which is "
+                raise ConfigError(f"{path}.mixed_precision: {mode} computes in model.dtype, which is "
                                   f"{self.dtype}; set model.dtype: bfloat16 (or mixed_precision: autocast)")
             if self.lora.rank > 0:
-                raise ConfigError(f"{path}.mixed_precision: param_copy is for full fine-tuning; with "
+                raise ConfigError(f"{path}.mixed_precision: {mode} is for full fine-tuning; with "
                                   "model.lora.rank > 0 the frozen base already runs in model.dtype (set "
                                   "mixed_precision: autocast)")

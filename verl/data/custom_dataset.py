@@ -12,7 +12,8 @@ becomes one row:
                   with one "<image>" marker per image part
     images        item[data.image_key], else the image parts of structured content, else
                   item["multi_modal_data"]["image"] (older classes' place)
-    data_source, reward_model.ground_truth, extra_info: as in a file row (verl.data.sources.record_to_row)
+    data_source, reward_model.ground_truth, extra_info, agent_name: as in a file row
+                  (verl.data.sources.record_to_row; agent_name picks the row's agent loop, verl/agents/agent_loops.py)
 
 Tokens a class makes itself (input_ids, attention_mask, multi_modal_inputs) are not read: the prompt is
 rendered and encoded from its messages here, as real verl 0.9 renders raw_prompt in its agent loop. A class
@@ -128,7 +129,7 @@ def item_row(item: Any, where: str, data_cfg, key: str, cls_name: str, default_s
     images = item.get(data_cfg.image_key) or part_images or (item.get("multi_modal_data") or {}).get("image")
     record = {data_cfg.prompt_key: messages, "data_source": item.get("data_source"),
               "reward_model": item.get("reward_model"), "extra_info": item.get("extra_info"),
-              data_cfg.image_key: images or None}
+              "agent_name": item.get("agent_name"), data_cfg.image_key: images or None}
     return record_to_row(record, data_cfg.prompt_key, data_cfg.answer_key, where, default_source, data_cfg.image_key,
                          base_dir)
 

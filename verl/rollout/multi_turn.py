@@ -491,3 +491,16 @@ def rollout_tools(rollout_cfg) -> list:
                                   "the name of one of rollout.tools; tool names must be unique")
             tools.append(tool)
     return tools
+
+
+def agent_tool_schemas(rollout_cfg) -> list | None:
+    """JSON schemas of rollout.tools and rollout.tool_config for the chat template (None without tools);
+    loading them (and rollout.interaction_config's classes) before any model loads makes a bad tool spec
+    or file fail in seconds."""
+    if rollout_cfg.interaction_config:
+        from verl.interactions.interaction_config import load_interactions
+
+        load_interactions(rollout_cfg.interaction_config)
+    if not (rollout_cfg.tools or rollout_cfg.tool_config):
+        return None
+    return [tool.schema for tool in rollout_tools(rollout_cfg)]

@@ -7,10 +7,14 @@ seconds (config.default_timeout, 30) within config.memory_limit_mb (1024), and a
 followed by its stderr when it finished, else "no stdout here" (timed out or killed), as real
 verl's tool answers a run that did not finish. Only Python runs here: another language is the
 answer "error: only python runs in verl's local sandbox, not <language>". Step reward: none.
+As in real verl, `execute` runs `execute_code(instance_id, code, timeout, language)` through
+`self.execution_pool.execute.remote(...)` (a worker thread here, a Ray pool there), so subclasses written
+for real verl (retool's CustomSandboxFusionTool) run unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Optional
 from uuid import uuid4
 
@@ -21,12 +25,27 @@ from verl.tools.schemas import ToolResponse
 MAX_OUTPUT_CHARS = 8000
 
 
+class _Remote:
+    """`execute.remote(fn, *args)`: the call real verl's tools make on their Ray execution pool, here an
+    awaitable that runs fn in a worker thread (so a subclass written for real verl runs unchanged)."""
+
+    def remote(self, fn, *args, **kwargs):
+        return asyncio.to_thread(fn, *args, **kwargs)
+
+
+class ExecutionPool:
+    def __init__(self):
+        self.execute = _Remote()
+
+
 class SandboxFusionTool(BaseTool):
     def __init__(self, config: dict, tool_schema):
         super().__init__(config, tool_schema)
         self.default_timeout = float(self.config.get("default_timeout", 30))
         self.default_language = str(self.config.get("default_language", "python"))
         self.memory_limit_mb = int(self.config.get("memory_limit_mb", 1024))
+        self.sandbox_fusion_url = self.config.get("sandbox_fusion_url")  # kept for subclasses; not called
+        self.execution_pool = ExecutionPool()
         self._instance_dict: dict[str, dict] = {}
 
     async def create(self, instance_id: Optional[str] = None, **kwargs) -> tuple[str, ToolResponse]:
@@ -34,7 +53,7 @@ class SandboxFusionTool(BaseTool):
         self._instance_dict[instance_id] = {"response": "", "reward": []}
         return instance_id, ToolResponse()
 
-    def execute_code(self, code: str, timeout: float, language: str) -> ToolResponse:
+    def execute_code(self, instance_id: str, code: str, timeout: float = 30, language: str = "python") -> ToolResponse:
         if language.lower() not in ("python", "python3"):
             return ToolResponse(text=f"error: only python runs in verl's local sandbox, not {language}")
         result = run_python(code, timeout_s=timeout, cpu_s=timeout, memory_mb=self.memory_limit_mb,
@@ -47,7 +66,8 @@ class SandboxFusionTool(BaseTool):
         code = code if isinstance(code, str) else str(code)
         timeout = float(parameters.get("timeout", self.default_timeout))
         language = str(parameters.get("language", self.default_language))
-        return self.execute_code(code, timeout, language), None, None
+        result = await self.execution_pool.execute.remote(self.execute_code, instance_id, code, timeout, language)
+        return result, None, None
 
     async def calc_reward(self, instance_id: str, **kwargs):
         return self._instance_dict[instance_id]["reward"]

@@ -322,7 +322,30 @@ def provide_files(examples: Examples, root: str) -> None:
 def outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     """TRAINS, or the one line main_ppo refuses the script with (scratch paths shown as <tmp>).
     train=False stops after the translation and all checks (the model's config.json is read, no weights load,
-    nothing trains)."""
+    nothing trains). The script runs as from real verl's root: modules of its tree (a tool class its tool file
+    names, recipe.retool.retool...) import, as `python3 -m` puts the working directory on the path."""
+    root = os.path.join(work, "real_verl")
+    sys.path.insert(0, root)
+    try:
+        return _outcome(script, work, model, train, vision_model)
+    finally:
+        sys.path.remove(root)
+        for name in [m for m, mod in list(sys.modules.items()) if _inside(mod, root)]:
+            del sys.modules[name]  # the next script's tree may be another folder
+
+
+def _inside(module, root: str) -> bool:
+    """A module imported from `root` (a file there, or a namespace package whose path is there)."""
+    own = getattr(module, "__dict__", {})  # not getattr: a lazy module would import on a missing name
+    paths = [own.get("__file__")]
+    try:
+        paths += list(own.get("__path__") or [])
+    except TypeError:  # a module whose __path__ is not a list of folders (torch's _classes)
+        pass
+    return any(isinstance(p, str) and p.startswith(root) for p in paths)
+
+
+def _outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     from verl.compat.translate import load_translated, translate
     from verl.errors import ConfigError
     from verl.trainer.main_ppo import main
@@ -331,9 +354,12 @@ def outcome(script: Script, work: str, model: str, train: bool, vision_model: st
     args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
         from verl.models.loading import check_context_length
+        from verl.rollout.multi_turn import agent_tool_schemas
 
         try:
-            check_context_length(load_translated(translate(args)))  # the model's config.json, no weights
+            cfg = load_translated(translate(args))
+            check_context_length(cfg)  # the model's config.json, no weights
+            agent_tool_schemas(cfg.rollout)  # tool and interaction files, their classes built
         except ConfigError as exc:
             return _scrub(str(exc), run_dir, work, models=(model, vision_model))
         return TRAINS

@@ -4,7 +4,8 @@ signatures and what their rows hold, but reading the harness's tiny parquet file
 
 * recipe/retool/retool.py CustomRLHFDataset (sglang_multiturn/run_qwen3_4b_dapo_multiturn.sh): a subclass of
   RLHFDataset whose _read_files_and_tokenize maps each DAPO row as retool's map_fn2 does (the answer format
-  appended to the question, agent_name tool_agent).
+  appended to the question, agent_name tool_agent); and its CustomSandboxFusionTool, the sandbox tool that
+  takes the code out of a ```python fence and prints its last line (the script's tool file names it).
 * recipe/minicpmo/rl_dataset.py RLHFDataset (grpo_trainer/run_minicpmo2_6.sh): its own torch Dataset, as
   MiniCPM-o's: __getitem__ pops the prompt and the image column, puts the images in multi_modal_data["image"],
   the messages in raw_prompt (return_raw_chat, real verl 0.9's default) and its own tokens in input_ids.
@@ -14,7 +15,25 @@ signatures and what their rows hold, but reading the harness's tiny parquet file
 """
 
 RETOOL_DATASET = '''
+import re
+
+from verl.tools.sandbox_fusion_tools import SandboxFusionTool
 from verl.utils.dataset import RLHFDataset
+
+
+class CustomSandboxFusionTool(SandboxFusionTool):
+    """Stand-in for retool's code tool: the code inside a ```python fence when there is one, its last line
+    printed when it does not print itself, then the sandbox tool's own run."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        code = str(parameters["code"])
+        fenced = re.findall(r"```python(.*?)```", code, re.DOTALL)
+        lines = (fenced[0].strip() if fenced else code).split("\\n")
+        last = max((i for i, line in enumerate(lines) if line), default=None)
+        if last is not None and not lines[last].startswith("print"):
+            lines[last] = f"print({lines[last]})"
+        return await super().execute(instance_id, {**parameters, "code": "\\n".join(lines)}, **kwargs)
+
 
 answer_format = """\\nThe answer format must be: \\\\boxed{'The final answer goes here.'}"""
 

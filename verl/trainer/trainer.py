@@ -31,6 +31,7 @@ from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
+from verl.rollout.multi_turn import agent_tool_schemas
 from verl.signals import Interrupted
 from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
@@ -64,7 +65,7 @@ class Trainer:
                                         m.trust_remote_code, m.gguf_file)
         check_context_length(cfg)  # prompt + response tokens fit the model's positions (before weights load)
         # Tools, data and reward functions before the models: a bad tool, row or reward fails in seconds.
-        self.tool_schemas = _tool_schemas(cfg.rollout)
+        self.tool_schemas = agent_tool_schemas(cfg.rollout)
         self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer, self.inputs.train_rows,
                                                               self.inputs.val_rows, tools=self.tool_schemas)
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
@@ -272,21 +273,6 @@ class Trainer:
         from verl.checkpoint.model_files import save_hf_model
 
         return save_hf_model(self.actor.model, self.tokenizer, path)
-
-
-def _tool_schemas(rollout_cfg) -> list | None:
-    """JSON schemas of rollout.tools and rollout.tool_config for the chat template (None without tools);
-    loading them (and rollout.interaction_config's classes) here makes a bad tool spec or file fail
-    before any model loads."""
-    if rollout_cfg.interaction_config:
-        from verl.interactions.interaction_config import load_interactions
-
-        load_interactions(rollout_cfg.interaction_config)
-    if not (rollout_cfg.tools or rollout_cfg.tool_config):
-        return None
-    from verl.rollout.multi_turn import rollout_tools
-
-    return [tool.schema for tool in rollout_tools(rollout_cfg)]
 
 
 def create_trainer(config: Config | str, *, reward_funcs=None, reward_weights=None, train_dataset=None,

@@ -3,7 +3,8 @@
 `actor.model` is a plain Hugging Face causal LM (the seed calls `.generate` on it), or a
 peft PeftModel of one with `model.lora.rank > 0` (`.generate` works the same).
 Parameters are fp32 master weights; `model.dtype: bfloat16` runs forwards under autocast,
-or with `model.mixed_precision: param_copy` on a bf16 copy of them (`verl.workers.param_copy`).
+or with `model.mixed_precision: param_copy` on a bf16 copy of them (`verl.workers.param_copy`);
+`model.mixed_precision: pure` holds and steps the weights in bf16 with no fp32 master.
 With LoRA the frozen base stays in `model.dtype` and only the float32 adapters train.
 Memory/speed switches (each with a plain fallback): `training.use_packed_samples`
 (`verl.workers.packing`), `training.max_tokens_per_micro_batch`, `training.offload_optimizer`
@@ -65,8 +66,9 @@ class Actor(TrainingState):
         self.micro = micro
         self.compute_dtype = torch_dtype(model_cfg.dtype)
         lora = lora_enabled(model_cfg)
-        # Full fine-tuning keeps float32 master weights; a LoRA base is frozen, so model.dtype.
-        load_dtype = self.compute_dtype if lora else torch.float32
+        # Full fine-tuning keeps float32 master weights (model.mixed_precision: pure does not: the trained
+        # weights are model.dtype); a LoRA base is frozen, so model.dtype.
+        load_dtype = self.compute_dtype if lora or model_cfg.mixed_precision == "pure" else torch.float32
         self.model = model if model is not None else load_causal_lm(model_cfg, load_dtype, device_type=device.type)
         if model_cfg.freeze_vision_tower:  # before LoRA and the optimizer: the tower trains nowhere
             freeze_vision_tower(self.model)
