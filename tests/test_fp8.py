@@ -122,6 +122,48 @@ def test_bad_inputs():
         scale_name("model.norm.bias")
 
 
+def test_power_of_two_scales_hand_derived():
+    # The block of test_hand_derived_values with pow2_scales: amax / 448 = 0.01 -> 2^ceil(log2 0.01) = 2^-6. Then
+    #   4.48 / 2^-6 = 286.72: e4m3 between 256 and 512 steps by 32 -> 288 -> 4.5
+    #   0.5 / 2^-6 = 32 exactly -> 0.5;  -0.13 / 2^-6 = -8.32: between 8 and 16 steps by 1 -> -8 -> -0.125
+    # and the all-zero block gets vLLM's clamp: 2^ceil(log2(1e-4 / 448)) = 2^-22.
+    w = torch.zeros(128, 256)
+    w[0, 0], w[0, 1], w[5, 7] = 4.48, 0.5, -0.13
+    q, scale = quantize_blockwise(w, pow2_scales=True)
+    assert scale.tolist() == [[2.0 ** -6, 2.0 ** -22]]
+    back = dequantize_blockwise(q, scale)
+    assert (back[0, 0].item(), back[0, 1].item(), back[5, 7].item()) == (4.5, 0.5, -0.125)
+    assert torch.equal(back[:, 128:], torch.zeros(128, 128))
+    assert torch.equal(round_trip(w, pow2_scales=True), back)
+
+
+def test_vllms_ue8m0_requantization_leaves_power_of_two_weights_as_they_are():
+    # vLLM's DeepGEMM kernel requantizes every loaded block-FP8 weight to power-of-two scales
+    # (requant_weight_ue8m0_inplace, run here eagerly on the CPU): our amax / 448 weights come out rounded a
+    # second time, our power-of-two ones exactly as sent (verl/rollout/fp8.py), for blocks of any size: all
+    # zero, below vLLM's amax clamp 1e-4, ones whose amax lands on a power of two times 448, and ones whose
+    # largest q rounds to 224 (vLLM halves their scale and doubles their q: the same weights).
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import requant_weight_ue8m0_inplace
+
+    torch.manual_seed(4)
+    w = torch.randn(384, 512) * torch.logspace(-7, 1, 512)  # columns from 1e-7 to 10
+    w[:128, :128] = 0
+    w[128:256, 128:256] *= 1e-6
+    w[256, 384] = 448 * 2.0 ** -5  # block (2, 3): amax exactly 448 x a power of two
+    w[256:, 384:] = w[256:, 384:].clamp(-14, 14)
+    for pow2 in (False, True):
+        q, scale = quantize_blockwise(w.bfloat16(), pow2_scales=pow2)
+        vq, vscale = q.clone(), scale.clone()
+        with torch.compiler.set_stance("force_eager"):
+            requant_weight_ue8m0_inplace(vq, vscale)
+        same = dequantize_blockwise(vq, vscale) == dequantize_blockwise(q, scale)
+        if pow2:  # the weights bit for bit; a block whose largest |q| is 224 gets half the scale, its q doubled
+            assert bool(same.all())
+            assert bool(((vscale == scale) | (vscale == scale / 2)).all()) and bool((vscale != scale).any())
+        else:
+            assert float(same.float().mean()) < 0.5, float(same.float().mean())  # most elements moved
+
+
 # ---------------------------------------------------------------------------
 # The plan: which layers go to FP8
 # ---------------------------------------------------------------------------
@@ -204,3 +246,48 @@ def test_quantized_stream_and_expected_weights():
     assert torch.equal(read["a.weight"], expected_weight(plan, "a.weight", w))  # what the engine holds
     assert not torch.equal(read["a.weight"], w.float())  # ... which is not the actor's bf16 weight
     assert dequantized_reads(plan, out, ["a.weight"], packed=True) == {}  # a repacked layout: not compared
+
+
+def test_the_plan_takes_the_engines_scale_format():
+    # with_engine_scales asks each engine worker (ue8m0_requantizing_layers) for (FP8 linear layers, those whose
+    # kernel requantizes to power-of-two scales): all -> the plan quantizes so; none -> amax / 448; a mix, or
+    # workers that differ -> refused. The stand-in layers carry the attributes vLLM's kernels have (0.26, 0.32).
+    from types import SimpleNamespace
+
+    from verl.rollout.fp8_vllm import (Fp8Plan, expected_weight, quantized_stream, ue8m0_requantizing_layers,
+                                       with_engine_scales)
+
+    def layer(dtype, **kernel):
+        kernel = SimpleNamespace(**kernel)
+        return SimpleNamespace(quant_method=SimpleNamespace(fp8_linear=kernel), weight=torch.zeros(2, 2, dtype=dtype))
+
+    deep_gemm = dict(use_deep_gemm_e8m0=True, is_deep_gemm_supported=True)
+    layers = [layer(torch.float8_e4m3fn, **deep_gemm),  # DeepGEMM with UE8M0
+              layer(torch.float8_e4m3fn, fallback=SimpleNamespace(**deep_gemm)),  # FlashInfer + DeepGEMM fallback
+              layer(torch.float8_e4m3fn, use_deep_gemm_e8m0=True, is_deep_gemm_supported=False),  # no DeepGEMM here
+              layer(torch.float8_e4m3fn),  # another kernel (CUTLASS, Triton, the CPU's)
+              layer(torch.bfloat16, **deep_gemm),  # an unquantized layer: not counted
+              SimpleNamespace(weight=torch.zeros(2))]  # a norm
+    worker = SimpleNamespace(model_runner=SimpleNamespace(get_model=lambda: SimpleNamespace(modules=lambda: layers)))
+    assert ue8m0_requantizing_layers(worker) == (4, 2)
+
+    def engine(*counts):
+        return SimpleNamespace(collective_rpc=lambda fn: list(counts))
+
+    plan = Fp8Plan(frozenset({"a.weight"}), ())
+    assert with_engine_scales(plan, engine((4, 4), (4, 4))).pow2_scales
+    assert not with_engine_scales(plan, engine((4, 0))).pow2_scales
+    assert not with_engine_scales(plan, engine((0, 0))).pow2_scales
+    with pytest.raises(RuntimeError, match="2 of the engine's 4 FP8 linear layers requantize"):
+        with_engine_scales(plan, engine((4, 2)))
+    with pytest.raises(RuntimeError, match="workers differ"):
+        with_engine_scales(plan, engine((4, 4), (4, 0)))
+    # a power-of-two plan sends such scales, and expects their round trip back
+    pow2 = with_engine_scales(plan, engine((4, 4)))
+    torch.manual_seed(5)
+    w = torch.randn(256, 128, dtype=torch.bfloat16) * 0.02
+    out = dict(quantized_stream(iter([("a.weight", w)]), pow2))
+    scale = out["a.weight_scale_inv"]
+    assert torch.equal(torch.exp2(torch.log2(scale).round()), scale)
+    assert torch.equal(expected_weight(pow2, "a.weight", w), dequantize_blockwise(out["a.weight"], scale))
+    assert not torch.equal(expected_weight(pow2, "a.weight", w), expected_weight(plan, "a.weight", w))

@@ -4,7 +4,8 @@ Every test here is marked `gpu` (tests/conftest.py skips them without CUDA). The
 tests/test_vllm_fp8.py (engine, sync, scales) and tests/test_fp8.py / tests/test_fp8_config.py (the
 quantization itself, the plan, the config). What only the GPU shows: vLLM's CUDA FP8 layers (W8A8: the
 activations are quantized per 1 x 128 group too) hold exactly our FP8 weights and scales after each sync
-(read back in checkpoint layout, dequantized and compared bit for bit with our round trip), the engine's
+(read back in checkpoint layout, dequantized and compared bit for bit with our round trip, quantized with
+the power-of-two scales vLLM's DeepGEMM kernel requantizes to where the engine uses it), the engine's
 log-probs follow a sync, and a GRPO run through the CLI logs the engine-vs-actor mismatch every step.
 
 Model: the tiny llama at hidden 256 (head 32, one KV head), briefly pretrained. Its q/k/v cannot be cut into
@@ -19,6 +20,7 @@ the log-probs by several times that, so after it the engine is closer to the new
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -125,14 +127,28 @@ def test_the_engine_holds_fp8_linear_layers_and_keeps_the_rest_in_bf16(engine):
 
 
 def _check_weights_equal_round_trip(engine, model):
-    """The engine's FP8 weights dequantized with its scales == our round trip of `model`'s, bit for bit."""
+    """The engine's FP8 weights dequantized with its scales == our round trip of `model`'s, bit for bit
+    (with the scale format the plan found the engine to keep: power-of-two scales where its DeepGEMM
+    kernel requantizes to them, verl/rollout/fp8.py)."""
     shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
     read = engine.read_weights(planned(engine), shapes)
     assert sorted(read) == planned(engine), "a planned FP8 weight was not in checkpoint layout in the engine"
     weights = dict(model.state_dict())
     for name, held in read.items():
         assert held.dtype == torch.float32
-        assert torch.equal(held, round_trip(weights[name].float()).cpu()), name
+        ours = round_trip(weights[name].float(), pow2_scales=engine.fp8.pow2_scales).cpu()
+        assert torch.equal(held, ours), (name, float((held != ours).float().mean()))
+
+
+def engine_scales(engine) -> dict:
+    """The engine's down_proj scales ({HF name: float32 [N/128, K/128]}), as it holds them."""
+    return engine.llm.collective_rpc(lambda worker: {n: p.detach().float().cpu() for n, p in
+                                                     worker.model_runner.get_model().named_parameters()
+                                                     if n.endswith("down_proj.weight_scale_inv")})[0]
+
+
+def is_pow2(t: torch.Tensor) -> bool:
+    return bool((t > 0).all() and torch.equal(torch.exp2(torch.log2(t).round()), t))
 
 
 def test_the_engines_dequantized_weights_equal_our_round_trip(engine, hf_model):
@@ -141,6 +157,33 @@ def test_the_engines_dequantized_weights_equal_our_round_trip(engine, hf_model):
     _check_weights_equal_round_trip(engine, hf_model)
     problem, compared = verify_sync(engine, hf_model)  # the trainer's check: FP8 weights compared too
     assert problem is None and compared > 0
+
+
+def test_the_plans_scale_format_is_the_one_the_engine_keeps(engine, hf_model):
+    """The plan's pow2_scales (read off the engine's kernels at its start) is what the engine does to float
+    scales: a sync with amax / 448 scales comes out with power-of-two scales and other weights where the
+    plan says the engine requantizes (vLLM's DeepGEMM kernel, UE8M0), and as sent where it says not."""
+    from verl.rollout.fp8 import quantize_blockwise
+
+    plan = engine.fp8
+    weights = dict(hf_model.state_dict())
+    try:
+        engine.fp8 = dataclasses.replace(plan, pow2_scales=False)
+        engine.sync_weights(hf_model)
+        held = engine_scales(engine)
+        assert sorted(held) == [f"model.layers.{i}.mlp.down_proj.weight_scale_inv" for i in range(2)]
+        for name, scale in held.items():
+            sent = quantize_blockwise(weights[name.replace("_scale_inv", "")].float())[1].cpu()
+            assert not is_pow2(sent), name  # amax / 448: no power of two on this model
+            if plan.pow2_scales:
+                assert is_pow2(scale) and not torch.equal(scale, sent), name
+            else:
+                assert torch.equal(scale, sent), name
+    finally:
+        engine.fp8 = plan
+        engine.sync_weights(hf_model)
+    _check_weights_equal_round_trip(engine, hf_model)
+    assert all(is_pow2(s) == plan.pow2_scales for s in engine_scales(engine).values())
 
 
 def test_a_sync_moves_the_engine_to_the_new_weights(engine, hf_model, tok):

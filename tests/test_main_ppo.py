@@ -186,7 +186,8 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     ("reward.reward_manager.name=limited", "real verl's reward.reward_manager.name=limited is not supported"),
     ("distillation.enabled=True", "distillation.teacher_models.teacher_model.model_path: distillation.enabled=True needs the teacher's model"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path"),
-    ("model_engine=veomni", "real verl's model_engine=veomni is not supported"),
+    ("model_engine=automodel", "real verl's model_engine=automodel is not supported"),
+    ("actor_rollout_ref.actor.optim.lr_min=0.1", "read by its VeOmni engine only: give model_engine=veomni"),
     ("actor_rollout_ref.actor.optim.lr_decay_style=cosine", "read by its Megatron engine only"),
 ])
 def test_unsupported_key_or_value_is_one_line_exit_2(data, tmp_path, capsys, arg, named):

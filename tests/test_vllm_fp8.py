@@ -144,6 +144,11 @@ def test_linear_layers_are_fp8_and_the_rest_keeps_its_dtype(engine):
     for name in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight"):
         assert params[name][0] == torch.bfloat16, name
     assert engine.weight_reload == "layerwise"  # a quantized engine is reloaded by vLLM (choose_weight_reload)
+    # the CPU's FP8 kernel keeps the scales it is given: no power-of-two requantization (verl/rollout/fp8.py)
+    from verl.rollout.fp8_vllm import ue8m0_requantizing_layers
+
+    assert engine.llm.collective_rpc(ue8m0_requantizing_layers) == [(8, 0)]  # 2 layers x qkv, o, gate_up, down
+    assert not engine.fp8.pow2_scales
 
 
 def test_the_engine_holds_our_scales_bit_for_bit(engine, hf_model):

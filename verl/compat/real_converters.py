@@ -9,7 +9,7 @@ from typing import Optional
 
 from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
                                    same_value)
-from verl.compat.real_engines import fsdp_only
+from verl.compat.real_engines import fsdp_only, other_schedule, titan_clip
 from verl.errors import ConfigError
 
 # real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
@@ -97,7 +97,10 @@ def _clip_grad(section: str, ours: str):
     def convert(value, ctx, key):
         """optim.clip_grad, or its deprecated name optim.grad_clip when that is not null (it wins, as
         in real verl's OptimizerConfig); actor.grad_clip / critic.grad_clip are read by nothing in real
-        verl 0.9.1."""
+        verl 0.9.1. model_engine=torchtitan: real_engines.titan_clip."""
+        titan = titan_clip(value, ctx, key)
+        if titan is not None:
+            return titan
         old = ctx.get(f"{section}.optim.grad_clip")
         if old is not None:
             return {ours: as_float(old, f"{section}.optim.grad_clip")}
@@ -215,6 +218,10 @@ def critic_scheduler(value, ctx, key):
 
 
 def warmup_steps(value, ctx, key):
+    """lr_warmup_steps > 0 (model_engine=veomni|torchtitan: real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = as_int(-1 if value is None else value, key)
     if steps > 0:
         return {"training.warmup_steps": steps}
@@ -222,6 +229,11 @@ def warmup_steps(value, ctx, key):
 
 
 def warmup_ratio(value, ctx, key):
+    """int(ratio x total steps) unless lr_warmup_steps > 0 (model_engine=veomni|torchtitan: the whole schedule,
+    real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = ctx.get(f"{ACTOR}.optim.lr_warmup_steps")
     if steps is not None and as_int(steps, f"{ACTOR}.optim.lr_warmup_steps") > 0:
         return {}  # lr_warmup_steps wins, as in real verl
@@ -232,7 +244,11 @@ def warmup_ratio(value, ctx, key):
 
 
 def critic_warmup(value, ctx, key):
-    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio."""
+    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio
+    (model_engine=veomni|torchtitan: its whole schedule, real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = ctx.get("critic.optim.lr_warmup_steps")
     if steps is not None and as_int(steps, "critic.optim.lr_warmup_steps") > 0:
         return {"training.critic_warmup_steps": as_int(steps, "critic.optim.lr_warmup_steps")}

@@ -20,6 +20,14 @@ engine, verl/rollout/vllm_weights.py: choose_weight_reload) loads them and runs 
 post-processing again. Real verl and NeMo-RL do the same quantization, but patch vLLM's FP8 classes to
 load into the processed layers directly; the layerwise reload, vLLM's public API, needs no patch.
 
+That post-processing requantizes on Hopper/Blackwell GPUs: vLLM's DeepGEMM kernel (its default there,
+VLLM_USE_DEEP_GEMM_E8M0=1) turns each loaded weight's scales into powers of two (UE8M0), rounding our
+FP8 values a second time. So right after the engine starts, `with_engine_scales` asks its workers
+whether their FP8 layers' kernels requantize so (`ue8m0_requantizing_layers`), and if they do the plan
+quantizes with power-of-two scales itself (verl/rollout/fp8.py: pow2_scales), which that requantization
+leaves exactly as they are: the engine then holds our round trip bit for bit, and the weight check
+compares it so.
+
 Which linear layers go to FP8 (`plan_fp8`): those whose both dimensions are multiples of 128 x the
 tensor-parallel size (vLLM checks the block shape of every fused part and of every shard), with q/k/v and
 gate/up together (vLLM fuses them into one layer, which is either FP8 or not). MoE routers (`mlp.gate`)
@@ -48,6 +56,7 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_
 class Fp8Plan:
     quantized: frozenset  # HF weight names sent as FP8 + scale ('model.layers.0.mlp.down_proj.weight')
     kept: tuple  # linear layers kept in the engine's dtype, by HF module name (vLLM's ignored_layers)
+    pow2_scales: bool = False  # the engine requantizes to power-of-two scales: quantize so (with_engine_scales)
 
     def summary(self) -> str:
         return (f"verl: {KEY}: fp8 -> {len(self.quantized)} linear layers in block FP8 (128 x 128 scales), "
@@ -130,13 +139,46 @@ def engine_args(plan: Fp8Plan) -> dict:
             "load_format": "dummy"}
 
 
+def ue8m0_requantizing_layers(worker) -> tuple:
+    """(FP8 linear layers, those whose kernel requantizes loaded weights to power-of-two scales), as
+    counts, on one engine worker (collective_rpc). vLLM 0.26's Fp8LinearMethod holds its kernel as
+    `fp8_linear`: the DeepGEMM kernel, or a FlashInfer one with the DeepGEMM kernel as its `fallback`
+    (whose post-processing it runs), requantizes when it says `use_deep_gemm_e8m0` and
+    `is_deep_gemm_supported` (deep_gemm.DeepGemmFp8BlockScaledMMKernel.process_weights_after_loading)."""
+    fp8 = requantizing = 0
+    for module in worker.model_runner.get_model().modules():
+        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+        weight = getattr(module, "weight", None)
+        if kernel is None or not isinstance(weight, torch.Tensor) or weight.dtype != torch.float8_e4m3fn:
+            continue
+        fp8 += 1
+        requantizing += any(getattr(k, "use_deep_gemm_e8m0", False) and getattr(k, "is_deep_gemm_supported", False)
+                            for k in (kernel, getattr(kernel, "fallback", None)))
+    return fp8, requantizing
+
+
+def with_engine_scales(plan: Fp8Plan, llm) -> Fp8Plan:
+    """`plan` with the scale format the started engine `llm` keeps (module docstring): power-of-two
+    scales where its FP8 kernels requantize to them. An engine whose FP8 layers differ in this (some
+    requantize, some not), or whose workers differ, is refused: one plan quantizes all alike."""
+    counts = set(map(tuple, llm.collective_rpc(ue8m0_requantizing_layers)))
+    if len(counts) != 1:
+        raise RuntimeError(f"{KEY}: fp8: the engine's workers differ in their FP8 kernels ({sorted(counts)})")
+    fp8, requantizing = counts.pop()
+    if 0 < requantizing < fp8:
+        raise RuntimeError(f"{KEY}: fp8: {requantizing} of the engine's {fp8} FP8 linear layers requantize their "
+                           "weights to power-of-two (UE8M0) scales, the others not; verl quantizes all alike. "
+                           "VLLM_USE_DEEP_GEMM_E8M0=0 in the environment turns vLLM's requantization off")
+    return dataclasses.replace(plan, pow2_scales=fp8 > 0 and requantizing == fp8)
+
+
 def quantized_stream(weights: Iterable, plan: Fp8Plan) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, tensor) -> the same, with each planned weight replaced by (name, FP8 [N, K]) and
     (name_scale_inv, float32 [N/128, K/128]), quantized on the tensor's own device. Lazy: one weight's
     FP8 copy exists at a time beyond what the consumer keeps."""
     for name, tensor in weights:
         if name in plan.quantized:
-            q, scale = quantize_blockwise(tensor)
+            q, scale = quantize_blockwise(tensor, pow2_scales=plan.pow2_scales)
             yield name, q
             yield scale_name(name), scale
         else:
@@ -145,8 +187,8 @@ def quantized_stream(weights: Iterable, plan: Fp8Plan) -> Iterator[tuple[str, to
 
 def expected_weight(plan: Fp8Plan, name: str, tensor: torch.Tensor) -> torch.Tensor:
     """What the engine holds for the actor's `tensor` (verl/rollout/sync_check.py compares the two): the
-    FP8 round trip in float32 for a planned weight, the tensor itself otherwise."""
-    return round_trip(tensor.float()) if name in plan.quantized else tensor
+    FP8 round trip in float32 (with the plan's scale format) for a planned weight, the tensor itself otherwise."""
+    return round_trip(tensor.float(), pow2_scales=plan.pow2_scales) if name in plan.quantized else tensor
 
 
 def dequantized_reads(plan: Fp8Plan, read: dict, names: list, packed: bool = False) -> dict:

@@ -200,6 +200,14 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             # process; the actor trains in this process too, so give it back.
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
+        if self.fp8 is not None:  # the scale format the engine's FP8 kernels keep (verl/rollout/fp8_vllm.py)
+            from verl.rollout.fp8_vllm import with_engine_scales
+
+            self.fp8 = with_engine_scales(self.fp8, self.llm)
+            if self.fp8.pow2_scales:
+                print("verl: rollout.quantization: fp8: the engine's FP8 kernels (DeepGEMM) requantize loaded weights "
+                      "to power-of-two (UE8M0) scales; verl quantizes with such scales, which they keep as they are",
+                      flush=True)
         self._vllm_sampling_cls = vllm.SamplingParams
         self.weight_reload, note = choose_weight_reload(getattr(rollout_cfg, "weight_reload", "direct"), self.on_cpu,
                                                         engine_quantization(self.llm))
