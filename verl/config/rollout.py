@@ -134,6 +134,11 @@ class RolloutConfig(Section):
     # (tools: [{class_name, config, tool_schema}]) and interactions (interaction: [{name, class_name, config}])
     tool_config: Optional[str] = None
     interaction_config: Optional[str] = None
+    # Mixture-of-experts models (docs/moe.md): the update routes each token to the experts it went to in
+    # another pass instead of its own top-k. off | engine: the rollout engine's routing (real verl's R3; the
+    # hf engine records it) | pi_old: the pi_old pass's (real verl's R2). The router's weights still get their
+    # gradient through the chosen experts' probabilities.
+    routing_replay: str = key("off", choices=("off", "engine", "pi_old"))
     multi_turn: MultiTurnConfig = key(factory=MultiTurnConfig)
 
     @property
@@ -158,6 +163,13 @@ class RolloutConfig(Section):
 
     def validate(self, path: str) -> None:
         mt = self.multi_turn
+        if self.routing_replay == "engine" and self.name != "hf":
+            raise ConfigError(f"{path}.routing_replay: engine needs the engine's routing per token, which the hf "
+                              f"engine records; {self.name}'s is not read yet (use rollout.name: hf, or "
+                              f"routing_replay: pi_old)")
+        if self.routing_replay == "engine" and self.is_multi_turn:
+            raise ConfigError(f"{path}.routing_replay: engine is not carried through multi-turn rollouts yet (each "
+                              "turn is its own engine call); use routing_replay: pi_old")
         if self.environment and self.interaction_config:
             raise ConfigError(f"{path}.interaction_config: a rollout has one environment, and {path}.environment is "
                               "set too; give one of them")

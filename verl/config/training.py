@@ -32,6 +32,10 @@ class TrainingConfig(Section):
     use_packed_samples: Optional[bool] = key(None, resume_safe=True)
     packed_by_default: bool = derived(False)  # packing chosen by auto, not asked for (verl/config/auto.py)
     grad_clip: float = key(1.0, ge=0)
+    # Mixture-of-experts models: the router's load-balancing loss (the family's own, as transformers computes
+    # it) joins the actor's loss times this, per micro-batch (docs/moe.md); 0: not added (real verl's FSDP
+    # actor adds none; Megatron's moe_aux_loss_coeff maps here). Expert load is logged either way.
+    router_aux_loss_coef: float = key(0.0, ge=0)
     lr: float = key(1e-5, gt=0)
     critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr
     weight_decay: float = key(0.0, ge=0)
