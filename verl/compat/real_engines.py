@@ -58,8 +58,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from verl.compat.real_keys import (ACTOR, ARR, as_bool, as_float, as_int, custom, ignored, pick, refuse, same_value,
-                                   to)
+from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, as_bool, as_float, as_int, custom, ignored, pick, refuse,
+                                   same_value, to)
 from verl.errors import ConfigError
 
 REF = f"{ARR}.ref"
@@ -80,7 +80,7 @@ FUSIONS = ("gradient_accumulation_fusion", "apply_rope_fusion", "bias_activation
 MOE_KERNELS = ("moe_permute_fusion", "moe_token_dispatcher_type", "moe_enable_deepep", "moe_grouped_gemm",
                "moe_shared_expert_overlap", "moe_router_dtype")
 RECOMPUTE = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
-NOT_TESTED = "MoE models are not tested here yet"
+NOT_TESTED = "MoE models train on one device here (docs/moe.md)"
 
 
 # the engines whose optimizer and schedule are translated here besides FSDP's and Megatron's
@@ -250,6 +250,34 @@ def _noted(applies, note: str):
     return convert
 
 
+REPLAY_MODES = {"disabled": "off", "R2": "pi_old", "R3": "engine"}
+
+
+def router_replay(applies):
+    """router_replay.mode (Megatron's, VeOmni's, TorchTitan's engine; the actor's older place): R2 replays the
+    routing of the pi_old pass in the update (rollout.routing_replay: pi_old), R3 the rollout engine's, which
+    real verl records with rollout.enable_rollout_routing_replay=True (rollout.routing_replay: engine)."""
+    def convert(value, ctx, key):
+        if not applies(ctx, key) or value is None:
+            return {}
+        mode = pick(value, key, REPLAY_MODES)
+        if mode == "engine" and not as_bool(ctx.get(f"{ROLLOUT}.enable_rollout_routing_replay") or False,
+                                            f"{ROLLOUT}.enable_rollout_routing_replay"):
+            raise ConfigError(f"{key}=R3 replays the rollout's routing, which real verl records only with "
+                              f"{ROLLOUT}.enable_rollout_routing_replay=True; give it")
+        return {} if mode == "off" else {"rollout.routing_replay": mode}
+    return convert
+
+
+def rollout_routing_replay(value, ctx, key):
+    """rollout.enable_rollout_routing_replay: the engine records each token's experts; replayed only with
+    router_replay.mode=R3 (read there); alone, real verl records them and replays nothing: a note says so."""
+    if as_bool(value, key) and not any(str(ctx.get(k)) == "R3" for k in ctx.given_keys if k.endswith("router_replay.mode")):
+        ctx.notes.append(f"ignored {key}=True: without router_replay.mode=R3 real verl records the rollout's routing "
+                         "and replays nothing")
+    return {}
+
+
 def megatron_only(*allowed, why: str):
     """A Megatron optimizer key accepted at the values that change nothing here."""
     return _only_values(_megatron_only, allowed, why)
@@ -323,17 +351,19 @@ def recompute(value, ctx, key):
 
 def transformer_override(value, ctx, key):
     """override_transformer_config.<name>: fusions, kernels and the pipeline's split are noted; MoE dispatch
-    is noted (MoE models are not tested here yet); recompute_* goes to gradient checkpointing; anything else (it would change the
-    model's computation) is refused."""
+    is noted; moe_aux_loss_coeff is training.router_aux_loss_coef; recompute_* goes to gradient checkpointing;
+    anything else (it would change the model's computation) is refused."""
     _megatron_only(ctx, key)
     name = key.rsplit(".", 1)[1]
     if name in RECOMPUTE:
         return recompute(value, ctx, key)
+    if name == "moe_aux_loss_coeff":  # Megatron's load-balancing loss: the family's own one here, per micro-batch
+        return {"training.router_aux_loss_coef": as_float(value, key)}
     if name in FUSIONS:
         what = "Megatron's fused kernels and pipeline split: no effect on the update here"
     elif name in MOE_KERNELS:
-        what = (f"Megatron's MoE kernels and token dispatch; the Hugging Face model routes tokens here, in the "
-                f"compute dtype ({NOT_TESTED})")
+        what = ("Megatron's MoE kernels and token dispatch; the Hugging Face model routes tokens here, in the "
+                "compute dtype (docs/moe.md)")
     else:
         raise refuse(key, value, "changing Megatron's transformer config (this engine runs the Hugging Face model "
                                  f"as it is); accepted: {', '.join(RECOMPUTE + FUSIONS + MOE_KERNELS)}")
@@ -496,8 +526,8 @@ def _engine_rows(section: str, role: str) -> list:
                                                       "(recompute_granularity)", note="recompute_* -> gradient "
                                                       "checkpointing; fusions, kernels, MoE dispatch noted; others "
                                                       "refused")),
-        (f"{m}.router_replay.mode", custom(megatron_only("disabled", why="replaying MoE routing (R2/R3)"),
-                                           "(only disabled)", note="other values refused: replaying MoE routing")),
+        (f"{m}.router_replay.mode", custom(router_replay(_megatron_only), "rollout.routing_replay",
+                                           note="R2 -> pi_old, R3 -> engine (docs/moe.md)")),
         (f"{m}.*", custom(megatron_note("Megatron engine settings: no effect on the update here"), "(ignored)",
                           note="Megatron engine settings")),
     ]
@@ -525,8 +555,8 @@ def _veomni_rows(section: str, role: str) -> list:
     rows += [
         (f"{v}.load_checkpoint_path", custom(engine_only_value(name, None, why=_CKPT_LOAD), "(only null)",
                                              note=_CKPT_LOAD)),
-        (f"{v}.router_replay.mode", custom(engine_only_value(name, "disabled", why="replaying MoE routing (R2/R3)"),
-                                           "(only disabled)", note="other values refused: replaying MoE routing")),
+        (f"{v}.router_replay.mode", custom(router_replay(_of(name)), "rollout.routing_replay",
+                                           note="R2 -> pi_old, R3 -> engine (docs/moe.md)")),
         (f"{v}.qat_implementation", custom(engine_only_value(name, "none", why="quantization-aware training"),
                                            "(only none)", note="other values refused: quantization-aware training")),
         (f"{v}.mixed_precision", custom(engine_only_value(name, True, why=(
@@ -643,8 +673,11 @@ ENTRIES: list[tuple[str, dict]] = [
     ("critic.strategy", custom(strategy, "(checked)", note="as the actor's")),
     (f"{ACTOR}.fsdp_config.strategy", ignored("fsdp | fsdp2 | fsdp_turbo: FSDP2 here, the same update")),
     (f"{ACTOR}.fsdp_config.turbo_config.*", ignored("fsdp_turbo's layout over devices: FSDP2 shards here")),
-    (f"{ACTOR}.router_replay.mode", custom(megatron_only("disabled", why="replaying MoE routing (R2/R3)"),
-                                           "(only disabled)", note="older place of megatron.router_replay.mode")),
+    (f"{ACTOR}.router_replay.mode", custom(router_replay(_megatron_only), "rollout.routing_replay",
+                                           note="older place of megatron.router_replay.mode")),
+    (f"{ROLLOUT}.enable_rollout_routing_replay", custom(rollout_routing_replay, "(read: router_replay.mode)",
+                                                        real_default=False,
+                                                        note="the engine's routing, replayed with R3")),
     ("critic.nccl_timeout", ignored("the actor's actor_rollout_ref.nccl_timeout is the one timeout here")),
     *_engine_rows(ACTOR, "actor"), *_engine_rows("critic", "critic"), *_engine_rows(REF, "ref"),
     *_optim_rows(ACTOR), *_optim_rows("critic"),

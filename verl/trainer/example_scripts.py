@@ -4,6 +4,9 @@
     python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
     python -m verl.trainer.example_scripts --only lora --only pfppo   # the scripts whose name has one (no --write)
 
+A script that trains a mixture-of-experts model (Qwen3-30B-A3B, Qwen1.5-MoE, DeepSeek-V3, ... by its
+model path, or by its name where the path came from a shell variable: `moe_family`) runs on the tiny random MoE of its family instead (verl/models/tiny.py).
+
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
 they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
@@ -220,6 +223,22 @@ def is_vision(script: Script) -> bool:
                                                                and "-VL-" in a) for a in script.args)
 
 
+MOE_NAMES = re.compile(r"moe|[-_]a\d+(\.\d+)?b(?![a-z0-9])|mixtral|deepseek-v3|moonlight|gpt-oss|olmoe", re.IGNORECASE)
+
+
+def moe_family(script: Script) -> str:
+    """The tiny MoE stand-in of a script that trains a mixture-of-experts model ('' for a dense one): Qwen2-MoE
+    for Qwen1.5/Qwen2-MoE, Mixtral for Mixtral, OLMoE for OLMoE, Qwen3-MoE for the others (Qwen3-30B-A3B,
+    DeepSeek-V3, Moonlight, gpt-oss: MoE decoders of families not built in here)."""
+    path = next((a.split("=", 1)[1] for a in script.args if a.startswith("actor_rollout_ref.model.path=")), "")
+    path = path or script.name  # a path from a shell variable the arguments lost: the script's own name says it
+    if not MOE_NAMES.search(path):
+        return ""
+    low = path.lower()
+    return ("qwen2_moe" if "qwen1.5-moe" in low or "qwen2-moe" in low else "mixtral" if "mixtral" in low else
+            "olmoe" if "olmoe" in low else "qwen3_moe")
+
+
 def is_multi_turn(script: Script) -> bool:
     """A multi-turn script: it names real verl's tool or interaction file."""
     return any(a.split("=", 1)[0].endswith(("multi_turn.tool_config_path", "multi_turn.interaction_config_path"))
@@ -232,6 +251,10 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
     script (is_vision) runs on `vision_model` with geo3k rows, when one is given."""
     vision = bool(vision_model) and is_vision(script)
     tool_agent = is_multi_turn(script)
+    if not vision and moe_family(script):  # a mixture-of-experts script trains the tiny MoE of its family
+        from verl.models.tiny import tiny_model_path
+
+        model = tiny_model_path(moe_family(script))
     model = vision_model if vision else model
     sizes = {**SIZES, **(VISION_SIZES if vision else {})}
     args, seen = [], set()
