@@ -198,3 +198,22 @@ def test_the_moe_keys_need_an_moe_model_and_the_hf_engine(tmp_path, tiny_gpt2):
                                                                       "training.router_aux_loss_coef": 0.01})))
     with pytest.raises(ConfigError, match="rollout.routing_replay: engine needs the engine's routing"):
         load_config(None, ["rollout.name=vllm", "rollout.routing_replay=engine"])
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_engines_get_the_experts_in_the_checkpoint_layout(arch, tmp_path):
+    """What a weight sync sends (hf_named_weights) is what save_pretrained writes and engines load: one
+    tensor per expert and projection, equal to the file's; the HF weight copy keeps the fused memory layout."""
+    from safetensors.torch import load_file
+
+    from verl.rollout.hf_weights import hf_named_weights
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(arch))
+    tied = ({"lm_head.weight"} if model.get_output_embeddings().weight is model.get_input_embeddings().weight
+            else set())  # sent once, as the embeddings
+    sent = dict(hf_named_weights(model))
+    model.save_pretrained(tmp_path)
+    disk = load_file(os.path.join(tmp_path, "model.safetensors"))
+    assert set(sent) == set(disk) - tied and any(".experts.3." in n for n in sent)
+    assert all(torch.equal(sent[n], disk[n]) for n in sent)
+    assert set(dict(hf_named_weights(model, checkpoint_layout=False))) == set(model.state_dict()) - tied

@@ -105,7 +105,7 @@ def copy_weights_into(replica: torch.nn.Module, model: torch.nn.Module) -> int:
     targets = replica.state_dict(keep_vars=True)  # name -> Parameter / buffer; tied names share one tensor
     written: set[int] = set()
     n_bytes = 0
-    for name, value in hf_named_weights(model):
+    for name, value in hf_named_weights(model, checkpoint_layout=False):  # into a model of the same class
         target = targets.get(name)
         if target is None:
             raise RuntimeError(f"rollout.hf_weight_copy: the actor's weight '{name}' has no counterpart in the copy")
