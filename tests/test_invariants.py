@@ -106,7 +106,7 @@ def test_a_lora_that_never_reaches_the_engine_stops_the_run(tmp_path, tiny_gpt2,
     import verl.rollout.hf_rollout as hf_mod
     from verl.models.lora import base_model
 
-    def unmerged(model, skip=None):  # the base layers' own weights, as if the merge were forgotten
+    def unmerged(model, skip=None, checkpoint_layout=True):  # the base weights, as if the merge were forgotten
         for name, tensor in base_model(model).state_dict().items():
             if ".lora_" not in name:
                 yield name.replace(".base_layer.", "."), tensor.detach()

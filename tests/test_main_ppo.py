@@ -183,10 +183,11 @@ def test_reward_follows_data_source_or_our_reward_fn(tmp_path):
     ("reward_model.enable=True", "reward_model.enable"),
     ("actor_rollout_ref.rollout.name=trtllm", "real verl's actor_rollout_ref.rollout.name=trtllm is not supported"),
     ("custom_reward_function.path=missing_reward.py", "custom_reward_function.path: file 'missing_reward.py' not found"),
-    ("reward.reward_manager.name=prime", "real verl's reward.reward_manager.name=prime is not supported"),
+    ("reward.reward_manager.name=limited", "real verl's reward.reward_manager.name=limited is not supported"),
     ("distillation.enabled=True", "distillation.teacher_models.teacher_model.model_path: distillation.enabled=True needs the teacher's model"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path"),
-    ("model_engine=veomni", "real verl's model_engine=veomni is not supported"),
+    ("model_engine=automodel", "real verl's model_engine=automodel is not supported"),
+    ("actor_rollout_ref.actor.optim.lr_min=0.1", "read by its VeOmni engine only: give model_engine=veomni"),
     ("actor_rollout_ref.actor.optim.lr_decay_style=cosine", "read by its Megatron engine only"),
 ])
 def test_unsupported_key_or_value_is_one_line_exit_2(data, tmp_path, capsys, arg, named):
@@ -201,13 +202,13 @@ def test_unsupported_key_or_value_is_one_line_exit_2(data, tmp_path, capsys, arg
 def test_module_entry_point_and_debug(data, tmp_path, capsys):
     train, val = data
     args = [sys.executable, "-m", "verl.trainer.main_ppo", *_quickstart(train, val, tmp_path / "out"),
-            "algorithm.use_pf_ppo=True"]
+            "trainer.val_only=True"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "algorithm.use_pf_ppo" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "trainer.val_only" in proc.stderr
     assert main(args[3:] + ["--debug"]) == 2  # --debug: the traceback, then the same line and exit code
     err = capsys.readouterr().err
     assert "Traceback" in err and "ConfigError" in err and err.strip().splitlines()[-1].startswith(
-        "error: real verl's algorithm.use_pf_ppo=True")
+        "error: real verl's trainer.val_only=True")
 
 
 def test_doc_table_is_the_code_table():

@@ -168,7 +168,8 @@ def our_view(cfg, keys) -> dict:
         "data_shuffle": cfg.data.shuffle, "adv_estimator": a.adv_estimator, "policy_loss": a.policy_loss,
         "clip_ratio_low": a.clip_ratio_low, "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c,
         "entropy_coeff": a.entropy_coeff, "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward,
-        "critic_warmup": a.critic_warmup, "master_weights": "fp32", "rollout_correction": our_correction(cfg),
+        "critic_warmup": a.critic_warmup,
+        "master_weights": cfg.model.dtype if cfg.model.mixed_precision == "pure" else "fp32", "rollout_correction": our_correction(cfg),
         "loss_agg_mode": a.loss_agg_mode, "norm_adv_by_std": a.norm_adv_by_std_in_grpo, "gpg_alpha": a.gpg_alpha,
         "kl_loss_coef": a.kl_loss_coef, "kl_estimator": a.kl_estimator, "kl_coef": a.kl_coef,
         "kl_ctrl": a.kl_ctrl.type, "gamma": a.gamma, "lam": a.lam, "critic_lr": t.critic_lr,
@@ -190,9 +191,40 @@ def hydra_args(args: list) -> list:
 
 
 def config_name(args: list) -> str:
-    """The packaged config a script composes: ppo_megatron_trainer for --config-name=ppo_megatron_trainer(.yaml)."""
+    """The packaged config a script composes: ppo_megatron_trainer for --config-name=ppo_megatron_trainer(.yaml),
+    or for a script's own file (--config-path) the packaged one its defaults list ends in."""
+    own = _own_config(args)
+    if own is not None:
+        return "ppo_megatron_trainer" if own.get("model_engine") == "megatron" else "ppo_trainer"
     names = [a.split("=", 1)[1] for a in args if a.startswith("--config-name=")]
     return names[-1].removesuffix(".yaml") if names else "ppo_trainer"
+
+
+def _own_config(args: list):
+    """The flattened keys of a script's own --config-path/--config-name file (real verl's multi-turn configs,
+    whose defaults lists start from ppo_trainer or ppo_megatron_trainer), or None."""
+    from verl.compat.config_file import PACKAGED, read_config, split_options
+
+    path, name, _ = split_options(args)
+    if name is None or path is None or name in PACKAGED:
+        return None
+    return read_config(path, name)[0]
+
+
+def _hydra_value(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    return str(v)
+
+
+def real_overrides(args: list) -> list:
+    """What real verl composes for `args`: a script's own config file's keys first, then its command line."""
+    own = _own_config(args) or {}
+    return [f"{k}={_hydra_value(v)}" for k, v in own.items() if k != "model_engine"] + hydra_args(args)
 
 
 def same(x, y) -> bool:
@@ -238,12 +270,15 @@ def scripts_that_train(tmp_path_factory):
 
 def test_every_training_script_trains_with_real_verls_values(scripts_that_train, tmp_path):
     assert len(scripts_that_train) >= 30  # the harness's scripts that train a step (36 at the time of writing)
-    cases = [dict(kind="config", overrides=hydra_args(args), keys=KEYS, config_name=config_name(args))
+    cases = [dict(kind="config", overrides=real_overrides(args), keys=KEYS, config_name=config_name(args))
              for _, args, _ in scripts_that_train]
-    # the ones that name a config name real verl's own (--config-path=config is main_ppo's folder there)
-    assert {a for _, args, _ in scripts_that_train for a in args if a.startswith("--config-name")} <= {
-        "--config-name=ppo_trainer", "--config-name=ppo_trainer.yaml", "--config-name=ppo_megatron_trainer",
-        "--config-name=ppo_megatron_trainer.yaml"}
+    # the config names are real verl's own (--config-path=config is main_ppo's folder there) or a script's own
+    # file (the multi-turn ones), composed as its keys over the packaged config its defaults list names
+    named = {a for _, args, _ in scripts_that_train for a in args if a.startswith("--config-name")}
+    own = {a for _, args, _ in scripts_that_train for a in args if a.startswith("--config-name") and _own_config(args)}
+    assert named - own <= {"--config-name=ppo_trainer", "--config-name=ppo_trainer.yaml",
+                           "--config-name=ppo_megatron_trainer", "--config-name=ppo_megatron_trainer.yaml"}
+    assert len(own) >= 5  # the multi-turn scripts' gsm8k / geo3k / interaction configs
     megatron = [name for (name, _, _), case in zip(scripts_that_train, cases) if case["config_name"] != "ppo_trainer"]
     assert len(megatron) >= 24  # compared against real verl's composed ppo_megatron_trainer config
     real = run_real_verl(cases, tmp_path)

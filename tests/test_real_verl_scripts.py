@@ -50,9 +50,11 @@ def test_every_script_is_translated_as_the_doc_table_says():
     megatron = [s.name for s in load().scripts if any("ppo_megatron_trainer" in a for a in s.args)]
     assert len(megatron) == 30 and sum(doc[n] == TRAINS for n in megatron) >= 24
     assert not [n for n in megatron if "--config-name" in doc[n] or "Megatron config" in doc[n]]
-    # the vision-language scripts (data.image_key) run on the tiny VL model: all but the custom-dataset one train
+    # the vision-language scripts (data.image_key, or a -VL- model: the multi-turn geo3k ones) run on the tiny VL
+    # model: all train, MiniCPM-o's with its own dataset class (data.custom_cls: a stand-in of
+    # recipe/minicpmo/rl_dataset.py)
     vision = [s.name for s in load().scripts if is_vision(s)]
-    assert len(vision) == 10 and [n for n in vision if doc[n] != TRAINS] == ["examples/grpo_trainer/run_minicpmo2_6.sh"]
+    assert len(vision) == 13 and [n for n in vision if doc[n] != TRAINS] == []
 
 
 @pytest.mark.parametrize("name", ["examples/rollout_correction/run_with_rollout_corr.sh",
@@ -66,6 +68,39 @@ def test_rollout_correction_scripts_train_with_two_samples(name, tmp_path, tiny_
     script = dataclasses.replace(script, args=[*script.args, "actor_rollout_ref.rollout.n=2"])
     provide_files(examples, str(tmp_path / "real_verl"))
     assert outcome(script, str(tmp_path), tiny_gpt2, train=True, vision_model=VISION_MODEL) == TRAINS
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("examples/grpo_trainer/run_minicpmo2_6.sh", []),  # data.custom_cls: MiniCPM-o's own dataset class
+    # data.custom_cls (retool's CustomRLHFDataset) and data.sampler (real verl's test sampler, pkg://tests...):
+    # past those keys the scripts stop at multi_turn.enable (the table); without it they train a step
+    ("examples/sglang_multiturn/run_qwen3_4b_dapo_multiturn.sh", ["actor_rollout_ref.rollout.multi_turn.enable=False"]),
+    ("examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh",
+     ["actor_rollout_ref.rollout.multi_turn.enable=False"]),
+])
+def test_dataset_class_and_sampler_scripts_train_a_step(name, extra, tmp_path, tiny_gpt2):
+    examples = load()
+    script = next(s for s in examples.scripts if s.name == name)
+    script = dataclasses.replace(script, args=[*script.args, *extra])
+    provide_files(examples, str(tmp_path / "real_verl"))
+    assert outcome(script, str(tmp_path), tiny_gpt2, train=True, vision_model=VISION_MODEL) == TRAINS
+
+
+def test_minicpmo_dataset_class_rows_carry_their_images(tmp_path):
+    """MiniCPM-o's class pops the prompt and the images (into multi_modal_data): its rows are still the
+    geo3k rows, with raw_prompt's messages and one image each."""
+    from verl.config import DataConfig, build_section
+    from verl.data.custom_dataset import dataset_rows
+    from verl.models.loading import load_tokenizer
+    from verl.models.tiny_vl import tiny_vl_model_path
+
+    provide_files(load(), str(tmp_path / "real_verl"))
+    train = write_rows(str(tmp_path / "geo.parquet"), "geo3k")
+    code = tmp_path / "real_verl" / "recipe" / "minicpmo" / "rl_dataset.py"
+    cfg = build_section(DataConfig, {"dataset_class": f"{code}:RLHFDataset", "train_files": [train]}, "data")
+    rows = dataset_rows(cfg, [train], load_tokenizer(tiny_vl_model_path(VISION_FAMILY)))
+    assert [r.ground_truth for r in rows] == ["3", "4"] and all(len(r.images) == 1 for r in rows)
+    assert rows[0].prompt[0]["content"].startswith("<image>Find x. The side is 3.")
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVE)

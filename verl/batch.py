@@ -24,9 +24,13 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
     sum_pi_squared   (B, R) float  sum_v pi_old(v)^2 at each response position (kept for OTB only)
     is_weights       (B, R) float  the rollout correction's importance weights, where the trainer computes
                                    them for the whole batch (verl/algorithms/off_policy.py); else None
+    routed_experts   (B, P+R, L, k) long  an MoE model's experts per token and layer to replay in the update
+                                   (rollout.routing_replay; -1: the router's own choice); else None
 
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.
+`raw_prompt` is the data row's prompt as given (text or chat messages): a multi-turn rollout
+starts each trajectory's conversation (the messages tools and interactions see) from it.
 
     multi_modal  one `verl.data.multimodal.MultiModalInputs` (images, the processor's tensors for
                  them, the engine's unexpanded prompt ids) or None per sequence; empty for a
@@ -73,8 +77,10 @@ class Batch:
     reward_parts: Optional[Tensor] = None
     sum_pi_squared: Optional[Tensor] = None
     is_weights: Optional[Tensor] = None
+    routed_experts: Optional[Tensor] = None
     # Non-tensor, one entry per sequence
     prompt_text: list = field(default_factory=list)
+    raw_prompt: list = field(default_factory=list)  # the row's prompt as given: text or chat messages
     response_text: list = field(default_factory=list)
     ground_truth: list = field(default_factory=list)
     data_source: list = field(default_factory=list)

@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
 from verl.agents.builtin_tools import BUILTIN_TOOLS
@@ -70,6 +70,12 @@ class Tool:
     name: str
     fn: Callable
     schema: dict  # {"type": "function", "function": {"name", "description", "parameters", ...}}
+    # contextual: fn(arguments: dict, context: ToolContext) instead of fn(**arguments), for tools with
+    # per-trajectory state (real verl's tool classes, verl/tools/tool_config.py)
+    contextual: bool = False
+    # check the call's arguments against the schema before running (a tool class checks its own, as
+    # real verl's loop passes the model's arguments on unchecked)
+    check_schema: bool = True
 
     @property
     def description(self) -> str:
@@ -85,6 +91,35 @@ class ToolResult:
     seconds: float
     truncated: bool
     kind: Optional[str] = None  # when not ok: unknown_tool | bad_arguments | raised | timeout
+    reward: Optional[float] = None  # a step reward the tool gave (ToolOutput.reward), else None
+
+
+@dataclass
+class ToolOutput:
+    """What a tool may return instead of text: the text and a step reward (kept per trajectory in
+    extra["tool_rewards"] and logged as agent/tool_reward_mean)."""
+
+    text: str
+    reward: Optional[float] = None
+
+
+@dataclass
+class ToolContext:
+    """The trajectory a contextual tool's call belongs to (real verl's `agent_data`, the parts tools read).
+
+    request_id: one id per trajectory; sample: the data row (extra fields, prompt, answer);
+    tools_kwargs: the row's extra_info.tools_kwargs ({tool name: {"create_kwargs": {...}}});
+    messages: the conversation so far in chat form; extra_fields: the tools' own per-trajectory store.
+    """
+
+    request_id: str
+    sample: dict = field(default_factory=dict)
+    tools_kwargs: dict = field(default_factory=dict)
+    interaction_kwargs: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)
+    extra_fields: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    image_data: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -236,11 +271,26 @@ def _format_seconds(s: float) -> str:
     return f"{s:g}"
 
 
-class _Job:
-    __slots__ = ("index", "tool", "arguments", "start", "result")
+TRUNCATE_KEEPS = ("head", "tail", "middle")
 
-    def __init__(self, index: int, tool: Tool, arguments: dict):
-        self.index, self.tool, self.arguments = index, tool, arguments
+
+def truncated_text(text: str, limit: int, keep: str = "head") -> str:
+    """`text` cut to `limit` characters plus a marker naming how many were dropped: the first `limit`
+    (head), the last (tail), or half of each end (middle, real verl's default side)."""
+    dropped = TRUNCATION_MARKER.format(n=len(text) - limit)
+    if keep == "head":
+        return text[:limit] + dropped
+    if keep == "tail":
+        return dropped.lstrip("\n") + "\n" + text[len(text) - limit:]
+    half = limit // 2
+    return text[:half] + dropped + "\n" + text[len(text) - (limit - half):]
+
+
+class _Job:
+    __slots__ = ("index", "tool", "arguments", "context", "start", "result")
+
+    def __init__(self, index: int, tool: Tool, arguments: dict, context=None):
+        self.index, self.tool, self.arguments, self.context = index, tool, arguments, context
         self.start = 0.0
         self.result: Optional[ToolResult] = None
 
@@ -249,10 +299,11 @@ class ToolRunner:
     """Runs the tool calls of a turn concurrently in bounded worker threads (module docstring)."""
 
     def __init__(self, tools: list[Tool], timeout_s: float = 10.0, max_workers: int = 8,
-                 max_output_chars: int = 2000):
-        if timeout_s <= 0 or max_workers < 1 or max_output_chars < 1:
-            raise ValueError(f"ToolRunner: timeout_s > 0, max_workers >= 1 and max_output_chars >= 1 needed, got "
-                             f"{timeout_s}, {max_workers}, {max_output_chars}")
+                 max_output_chars: int = 2000, keep: str = "head"):
+        if timeout_s <= 0 or max_workers < 1 or max_output_chars < 1 or keep not in TRUNCATE_KEEPS:
+            raise ValueError(f"ToolRunner: timeout_s > 0, max_workers >= 1, max_output_chars >= 1 and keep in "
+                             f"{TRUNCATE_KEEPS} needed, got {timeout_s}, {max_workers}, {max_output_chars}, {keep!r}")
+        self.keep = keep
         self.tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self.tools:
@@ -283,15 +334,17 @@ class ToolRunner:
             known = ", ".join(self.tools) or "none"
             return self._failure(str(name), "unknown_tool",
                                  f"error: unknown tool {name!r}; the available tools are: {known}")
-        problem = check_arguments(tool, arguments)
+        problem = check_arguments(tool, arguments) if tool.check_schema else (
+            None if isinstance(arguments, dict) else f"the arguments must be a JSON object, got {arguments!r}")
         if problem is not None:
             return self._failure(tool.name, "bad_arguments", f"error: bad arguments for {tool.name}: {problem}")
         return None
 
     def _call(self, job: _Job) -> ToolResult:
         tool, start = job.tool, time.monotonic()
+        reward = None
         try:
-            value = tool.fn(**job.arguments)
+            value = tool.fn(job.arguments, job.context) if tool.contextual else tool.fn(**job.arguments)
             if inspect.isawaitable(value):
                 try:
                     value = asyncio.run(_bounded(value, self.timeout_s))
@@ -299,6 +352,8 @@ class ToolRunner:
                     return self._failure(tool.name, "timeout",
                                          f"error: timed out after {_format_seconds(self.timeout_s)} s",
                                          time.monotonic() - start)
+            if isinstance(value, ToolOutput):
+                value, reward = value.text, (None if value.reward is None else float(value.reward))
             text = to_text(value)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from a tool are its failures too
             message = str(exc).strip()
@@ -306,9 +361,9 @@ class ToolRunner:
             return self._failure(tool.name, "raised", text, time.monotonic() - start)
         truncated = len(text) > self.max_output_chars
         if truncated:
-            text = text[: self.max_output_chars] + TRUNCATION_MARKER.format(n=len(text) - self.max_output_chars)
+            text = truncated_text(text, self.max_output_chars, self.keep)
         return ToolResult(name=tool.name, text=text, ok=True, error=None, seconds=time.monotonic() - start,
-                          truncated=truncated)
+                          truncated=truncated, reward=reward)
 
     def _work(self, job: _Job, done: threading.Condition) -> None:
         result = self._call(job)
@@ -318,8 +373,9 @@ class ToolRunner:
 
     # -- a turn --------------------------------------------------------------------------------
 
-    def run(self, calls: Sequence) -> list[ToolResult]:
-        """One ToolResult per call (objects with .name and .arguments, e.g. ToolCall), in call order."""
+    def run(self, calls: Sequence, contexts: Optional[Sequence] = None) -> list[ToolResult]:
+        """One ToolResult per call (objects with .name and .arguments, e.g. ToolCall), in call order;
+        `contexts[i]` (a ToolContext) is what a contextual tool's call i is given."""
         if self._closed:
             raise RuntimeError("ToolRunner.run after close()")
         results: list[Optional[ToolResult]] = [None] * len(calls)
@@ -329,7 +385,7 @@ class ToolRunner:
             if failure is not None:
                 results[i] = failure
             else:
-                todo.append(_Job(i, self.tools[call.name], dict(call.arguments)))
+                todo.append(_Job(i, self.tools[call.name], dict(call.arguments), contexts[i] if contexts else None))
         done = threading.Condition()
         running: list[_Job] = []
         with done:

@@ -151,9 +151,8 @@ def load_module_weights(model: torch.nn.Module, folder: str) -> None:
     state = {}
     for f in files:
         state.update(load_file(f))
-    is_vl = getattr(getattr(model, "config", None), "vision_config", None) is not None
-    if is_vl and set(state) - set(model.state_dict()):
-        state = _renamed_by_transformers(model, folder)
+    if set(state) - set(model.state_dict()) and hasattr(type(model), "from_pretrained"):
+        state = _renamed_by_transformers(model, folder)  # a checkpoint layout transformers converts on load
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise CheckpointError(f"{folder}: weights the model does not have: {list(unexpected)[:5]}")
@@ -169,10 +168,11 @@ def load_module_weights(model: torch.nn.Module, folder: str) -> None:
 
 
 def _renamed_by_transformers(model, folder: str) -> dict:
-    """The weights of `folder` under the live model's names. transformers 5 saves a vision-language model
-    under its checkpoint names (Qwen2.5-VL: `visual.*`, `model.layers.*`; in memory `model.visual.*`,
-    `model.language_model.layers.*`) and maps them back in from_pretrained: loaded through it, then
-    copied in place by the caller."""
+    """The weights of `folder` under the live model's names. transformers 5 saves some models in their
+    checkpoint layout and converts them back in from_pretrained: a vision-language model under its checkpoint
+    names (Qwen2.5-VL: `visual.*`, `model.layers.*`; in memory `model.visual.*`, `model.language_model.layers.*`),
+    an MoE model's experts one by one (`mlp.experts.0.gate_proj.weight`; in memory one fused
+    `mlp.experts.gate_up_proj` of all experts). Loaded through it, then copied in place by the caller."""
     fresh = type(model).from_pretrained(folder, dtype=next(model.parameters()).dtype)
     return fresh.state_dict()
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 from verl.compat.real_keys import (ACTOR, ARR, MANUAL, ROLLOUT, as_bool, as_float, as_int, expand_path, pick, refuse,
                                    same_value)
-from verl.compat.real_engines import fsdp_only
+from verl.compat.real_engines import fsdp_only, other_schedule, titan_clip
 from verl.errors import ConfigError
 
 # real adv_estimator -> (our algorithm.name preset, our adv_estimator); our own names are accepted too
@@ -27,10 +27,13 @@ ESTIMATORS = {
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 LOSS_MODES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gpg": "gpg", "geo_mean": "geo_mean",
               "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
-# fsdp_config.model_dtype other than fp32: the trained weights themselves in bf16/fp16, updated with no
-# float32 master copy (real verl's default fp32 keeps one and computes in mixed_precision.param_dtype)
-MASTER_WEIGHTS = ("weights trained in bf16/fp16 with no float32 master copy change every update's rounding; "
-                  "here the master weights stay float32 (model.dtype sets the compute dtype)")
+# a critic's fsdp_config.model_dtype other than fp32: the critic keeps float32 master weights here
+MASTER_WEIGHTS = ("a critic trained in bf16/fp16 with no float32 master copy; the critic's master weights stay "
+                  "float32 here (the actor's fsdp_config.model_dtype=bfloat16 maps to model.mixed_precision: pure)")
+# model.mtp.enable_train: real verl trains the multi-token-prediction heads in its Megatron engine only
+MTP_TRAINING = ("training the model's multi-token-prediction (MTP) heads: the Hugging Face forward trained here "
+                "runs no MTP layer (transformers does not run MiMo's or DeepSeek-V3's), so there is no MTP loss to "
+                "add, and real verl trains them in its Megatron engine only")
 LOGGERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard"}
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}
@@ -48,6 +51,25 @@ def adv_estimator(value, ctx, key):
 # estimators whose real verl function never reads norm_adv_by_std_in_grpo: what it does instead
 # (gpg never divides by the std; gdpo, called without it, always does)
 NORM_BY_STD_FIXED = {"gpg": False, "gdpo": True}
+
+
+def pf_ppo(value, ctx, key):
+    """algorithm.use_pf_ppo: real verl resamples the batch after GAE's advantages only (compute_advantage's gae
+    branch); with another estimator it does nothing, and neither does the translation (a note says so)."""
+    if not as_bool(value, key):
+        return {}
+    estimator = ESTIMATORS.get(ctx.get("algorithm.adv_estimator"), ("", ""))[1]
+    if estimator != "gae":
+        ctx.notes.append(f"ignored {key}=True: real verl reweights after GAE only, and adv_estimator is "
+                         f"{ctx.get('algorithm.adv_estimator')}")
+        return {}
+    from verl.algorithms.pf_ppo import REWEIGHT_METHODS
+
+    method_key = "algorithm.pf_ppo.reweight_method"
+    method = pick(ctx.get(method_key), method_key, dict(zip(REWEIGHT_METHODS, REWEIGHT_METHODS)))
+    return {"algorithm.pf_ppo.enable": True, "algorithm.pf_ppo.reweight_method": method,
+            "algorithm.pf_ppo.weight_pow": as_float(ctx.get("algorithm.pf_ppo.weight_pow"),
+                                                    "algorithm.pf_ppo.weight_pow")}
 
 
 def norm_adv_by_std(value, ctx, key):
@@ -75,7 +97,10 @@ def _clip_grad(section: str, ours: str):
     def convert(value, ctx, key):
         """optim.clip_grad, or its deprecated name optim.grad_clip when that is not null (it wins, as
         in real verl's OptimizerConfig); actor.grad_clip / critic.grad_clip are read by nothing in real
-        verl 0.9.1."""
+        verl 0.9.1. model_engine=torchtitan: real_engines.titan_clip."""
+        titan = titan_clip(value, ctx, key)
+        if titan is not None:
+            return titan
         old = ctx.get(f"{section}.optim.grad_clip")
         if old is not None:
             return {ours: as_float(old, f"{section}.optim.grad_clip")}
@@ -156,6 +181,22 @@ def param_dtype(value, ctx, key):
     return {"model.dtype": pick(value, key, DTYPES)}
 
 
+def model_dtype(value, ctx, key):
+    """The actor's weights' own dtype. fp32 (real verl's default): float32 master weights, computing in
+    mixed_precision.param_dtype. bf16/fp16: the weights themselves in that dtype, stepped by AdamW with no
+    float32 master (model.mixed_precision: pure), computing in it too."""
+    if value is None:
+        return {}
+    dtype = pick(value, key, DTYPES)
+    if dtype == "float32":
+        return {}
+    compute = ctx.get(f"{ACTOR}.fsdp_config.mixed_precision.param_dtype")
+    if compute is not None and pick(compute, f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", DTYPES) != dtype:
+        raise ConfigError(f"{key}={value} with {ACTOR}.fsdp_config.mixed_precision.param_dtype={compute}: weights held "
+                          f"in {dtype} compute in {dtype} here; give both the same dtype")
+    return {"model.dtype": dtype, "model.mixed_precision": "pure"}
+
+
 SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
 
@@ -177,6 +218,10 @@ def critic_scheduler(value, ctx, key):
 
 
 def warmup_steps(value, ctx, key):
+    """lr_warmup_steps > 0 (model_engine=veomni|torchtitan: real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = as_int(-1 if value is None else value, key)
     if steps > 0:
         return {"training.warmup_steps": steps}
@@ -184,6 +229,11 @@ def warmup_steps(value, ctx, key):
 
 
 def warmup_ratio(value, ctx, key):
+    """int(ratio x total steps) unless lr_warmup_steps > 0 (model_engine=veomni|torchtitan: the whole schedule,
+    real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = ctx.get(f"{ACTOR}.optim.lr_warmup_steps")
     if steps is not None and as_int(steps, f"{ACTOR}.optim.lr_warmup_steps") > 0:
         return {}  # lr_warmup_steps wins, as in real verl
@@ -194,7 +244,11 @@ def warmup_ratio(value, ctx, key):
 
 
 def critic_warmup(value, ctx, key):
-    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio."""
+    """The critic's own warm-up, as real verl's critic.optim: lr_warmup_steps > 0 wins over the ratio
+    (model_engine=veomni|torchtitan: its whole schedule, real_engines.other_schedule)."""
+    other = other_schedule(value, ctx, key)
+    if other is not None:
+        return other
     steps = ctx.get("critic.optim.lr_warmup_steps")
     if steps is not None and as_int(steps, "critic.optim.lr_warmup_steps") > 0:
         return {"training.critic_warmup_steps": as_int(steps, "critic.optim.lr_warmup_steps")}

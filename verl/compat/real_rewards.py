@@ -15,6 +15,12 @@ values is refused (one line naming both):
   (verl.rewards.compute_score), so the naive and batch managers both work; `reward_kwargs` go to it.
 * The `dapo` manager is the per-sample call plus the overlong penalty
   (`reward_kwargs.overlong_buffer_cfg.*` -> `algorithm.overlong_penalty.*`).
+* The `gdpo` manager (real verl's reward loop, experimental/reward_loop/reward_manager/gdpo.py) makes the naive
+  manager's call and reads its result as the naive manager does: it is the naive manager here. Its one
+  difference, extra_info['experiment_name'] set for the function, is not passed (a note says so).
+* The `prime` manager (workers/reward_manager/prime.py) makes the same per-sample call in a process pool, and a
+  call that raises or times out scores 0 instead of stopping the run: the naive call with
+  `reward_fn.on_error=zero`. Numbers score as the naive manager scores them.
 * A reward model (`enable=True`) is `reward_fn.type=huggingface_rm` on `model.path`, run in this
   process; real verl's serving settings (its `rollout.*`, resource pool) are ignored.
 """
@@ -27,7 +33,16 @@ from verl.compat.real_keys import MANUAL, as_bool, as_int, ignored, only, reads,
 from verl.errors import ConfigError
 
 OLD_FN, NEW_FN = "custom_reward_function", "reward.custom_reward_function"
-MANAGERS = ("naive", "batch", "dapo")
+MANAGERS = ("naive", "batch", "dapo", "gdpo", "prime")
+# managers that score as naive does (the per-sample call, its result read alike): what each adds
+AS_NAIVE = {
+    "gdpo": ("real verl's gdpo reward manager scores as its naive manager (the same compute_score call and "
+             "result); the extra_info['experiment_name'] it adds for the function is not passed here"),
+    "prime": ("real verl's prime reward manager scores as its naive manager, in a process pool, and a call that "
+              "raises or times out scores 0: reward_fn.on_error=zero here (the time limit is reward_fn.timeout_s, "
+              "300 s a batch call; real verl's is 300 s a sample); a dict result is read as naive reads it (its "
+              "'score'), where real verl's prime manager scores such a batch 0"),
+}
 
 
 def _one_of(ctx, old: str, new: str):
@@ -79,11 +94,13 @@ def _reward_manager(value, ctx, key):
     kw_key, kwargs = _manager_kwargs(ctx)
     kwargs = dict(kwargs or {})
     if value != "dapo":
-        if kwargs and value == "naive":
-            raise ConfigError(f"{kw_key}: real verl's naive reward manager takes no reward_kwargs (got "
+        if kwargs and value in ("naive", *AS_NAIVE):
+            raise ConfigError(f"{kw_key}: real verl's {value} reward manager takes no reward_kwargs (got "
                               f"{', '.join(kwargs)}); pass a function's arguments as "
                               f"custom_reward_function.reward_kwargs (see {MANUAL})")
-        return {}
+        if value in AS_NAIVE:
+            ctx.notes.append(f"{key}={value}: {AS_NAIVE[value]}")
+        return {"reward_fn.on_error": "zero"} if value == "prime" else {}
     return _dapo_overlong(kwargs, kw_key, ctx)
 
 
@@ -160,14 +177,15 @@ ENTRIES: list = [
     ("reward_model.micro_batch_size_per_gpu", dict(convert=_rm_micro, target="reward_fn.rm_batch_size")),
     ("reward_model.micro_batch_size", dict(convert=_rm_micro, target="reward_fn.rm_batch_size")),
     ("reward_model.max_length", dict(convert=_rm_max_length, target="reward_fn.max_length")),
-    ("reward_model.reward_manager", dict(convert=_reward_manager, target="(checked)",
+    ("reward_model.reward_manager", dict(convert=_reward_manager, target="(checked) / reward_fn.on_error",
                                          note="naive, batch (the function's parameters pick the call), dapo "
-                                              "(+ algorithm.overlong_penalty); others are refused")),
+                                              "(+ algorithm.overlong_penalty), gdpo (= naive), prime (= naive "
+                                              "with reward_fn.on_error=zero); others are refused")),
     ("reward_model.reward_kwargs", dict(reads("reward_model.reward_manager"), dict_value=True)),
     ("reward_model.sandbox_fusion.url", only(None, why="code-execution rewards (sandbox fusion)")),
     ("reward_model.sandbox_fusion.*", ignored("used with sandbox_fusion.url only")),
     ("reward_model.*", ignored(_SERVING)),
-    ("reward.reward_manager.name", dict(convert=_reward_manager, target="(checked)",
+    ("reward.reward_manager.name", dict(convert=_reward_manager, target="(checked) / reward_fn.on_error",
                                         note="as reward_model.reward_manager")),
     ("reward.reward_manager.source", only("register", why="reward managers from a module")),
     ("reward.reward_manager.module.path", only(None, why="reward managers from a module")),

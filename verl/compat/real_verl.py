@@ -28,11 +28,14 @@ from __future__ import annotations
 from typing import Optional
 
 from verl.compat import real_converters as conv
+from verl.compat import real_data_classes as data_classes
 from verl.compat.real_keys import (ACTOR, ARR, ROLLOUT, RealKey, as_bool, as_float, as_int, custom, expand_path, expand_paths,
                                    ignored, module_names, only, reads, same_as, to)
 from verl.compat.real_engines import ENTRIES as ENGINE_ENTRIES
+from verl.compat.real_lora import ENTRIES as LORA_ENTRIES
 from verl.compat.real_rewards import ENTRIES as REWARD_ENTRIES
 from verl.compat.real_distillation import DISTILLATION_ENTRIES
+from verl.compat.real_multi_turn import ENTRIES as MULTI_TURN_ENTRIES
 from verl.compat.real_verl_vision import ENTRIES as VISION_ENTRIES, packing
 
 # ---------------------------------------------------------------------------
@@ -78,10 +81,15 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.trust_remote_code", ignored("the tokenizer follows actor_rollout_ref.model.trust_remote_code")),
     ("data.train_max_samples", only(-1, None, why="random subsets of the training set")),
     ("data.val_max_samples", only(-1, None, why="random subsets of the validation set")),
-    ("data.custom_cls.path", only(None, why="custom dataset classes")),
-    ("data.custom_cls.name", ignored("used with data.custom_cls.path only")),
-    ("data.sampler.class_path", only(None, why="curriculum samplers")),
-    ("data.sampler.class_name", ignored("used with data.sampler.class_path only")),
+    ("data.custom_cls.path", custom(data_classes.dataset_class, "data.dataset_class = path:name",
+                                    note="a dataset class (a torch Dataset; real verl's RLHFDataset interface is "
+                                         "verl.utils.dataset.rl_dataset here): its items become the rows")),
+    ("data.custom_cls.name", reads("data.dataset_class with data.custom_cls.path")),
+    ("data.sampler.class_path", custom(data_classes.sampler_class, "data.sampler_class = class_path:class_name",
+                                       note="an AbstractSampler (verl.experimental.dataset.sampler here): the "
+                                            "order of training prompts; a curriculum one's update(batch) after "
+                                            "each step")),
+    ("data.sampler.class_name", reads("data.sampler_class with data.sampler.class_path")),
     ("data.datagen.path", only(None, why="dynamic data generation")),
     ("data.datagen.name", ignored("used with data.datagen.path only")),
     ("data.databuffer.enable", only(False, why="the filtered-sample buffer")),
@@ -89,7 +97,8 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("data.apply_chat_template_kwargs", to("data.chat_template_kwargs", conv.mapping("{enable_thinking: false}"),
                                           dict_value=True,
                                           note="passed to the chat template (e.g. enable_thinking)")),
-    ("data.tool_config_path", only(None, why="its tool YAML files; tools here are rollout.tools (docs/agents.md)")),
+    ("data.tool_config_path", only(None, why="tool schemas shown in single-turn prompts, which nothing runs; "
+                                              "multi-turn tools are multi_turn.tool_config_path")),
     # ---- actor_rollout_ref.model
     (f"{ARR}.model.path", custom(lambda v, c, k: {"model.name": expand_path(v)}, "model.name",
                                  real_default="~/models/deepseek-llm-7b-chat",
@@ -100,15 +109,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.use_remove_padding", custom(packing, "training.use_packed_samples", phase=2,
                                                note="padding-free packing; a vision-language model trains padded "
                                                     "here (same results)")),
-    (f"{ARR}.model.lora_rank", to("model.lora.rank", as_int)),
-    (f"{ARR}.model.lora_alpha", to("model.lora.alpha", as_float)),
-    (f"{ARR}.model.target_modules", to("model.lora.target_modules")),
-    (f"{ARR}.model.exclude_modules", to("model.lora.exclude_modules", module_names,
-                                        note="peft's exclude_modules, as real verl's FSDP engine passes it: a "
-                                             "regex of whole names or a list of names; not given, all-linear "
-                                             "skips a vision-language model's tower here (real verl adapts it)")),
-    (f"{ARR}.model.lora_adapter_path", only(None, why="starting LoRA from a saved adapter; merge it into the base "
-                                            "model (peft's merge_and_unload) and give that folder as model.path")),
+    *LORA_ENTRIES,  # verl/compat/real_lora.py: lora_rank, lora_alpha, ..., lora_adapter_path, lora.*
     (f"{ARR}.model.external_lib", only(None, why="importing extra model code")),
     (f"{ARR}.model.override_config", to("model.override_config", conv.model_override,
                                         dict_value=True,
@@ -122,6 +123,14 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ARR}.model.enable_activation_offload", ignored("memory only")),
     (f"{ARR}.model.return_last_hidden_state", ignored(_ENGINE)),
     (f"{ARR}.model.use_fused_loss", ignored("fused kernels: " + _ENGINE)),
+    (f"{ARR}.model.mtp.enable", ignored("loading and saving the multi-token-prediction (MTP) layers, which train "
+                                        "nothing without enable_train: the Hugging Face model here runs no MTP "
+                                        "layer (a saved model has none); the update is the same")),
+    (f"{ARR}.model.mtp.enable_train", only(False, why=conv.MTP_TRAINING)),
+    (f"{ARR}.model.mtp.enable_rollout", ignored("speculative decoding with the MTP layers: speed only (the engine "
+                                                "samples from the same distribution); decoding here is not "
+                                                "speculative")),
+    (f"{ARR}.model.mtp.*", ignored("used with mtp.enable_train / enable_rollout only")),
     (f"{ARR}.hybrid_engine", ignored("generation and training always share the devices here")),
     (f"{ARR}.nccl_timeout", to("distributed.timeout_s", as_float, note="seconds")),
     # ---- actor
@@ -183,7 +192,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ACTOR}.fsdp_config.*", ignored("FSDP engine settings: " + _ENGINE)),
     (f"{ACTOR}.fsdp_config.param_offload", ignored("parameter offload: memory only")),
     (f"{ACTOR}.fsdp_config.optimizer_offload", to("training.offload_optimizer", as_bool, note="memory only")),
-    (f"{ACTOR}.fsdp_config.model_dtype", only("fp32", "float32", None, why=conv.MASTER_WEIGHTS)),
+    (f"{ACTOR}.fsdp_config.model_dtype", custom(conv.model_dtype, "model.dtype + model.mixed_precision",
+                                                real_default="fp32",
+                                                note="bf16/fp16: the weights themselves in that dtype, no float32 "
+                                                     "master copy (model.mixed_precision: pure)")),
     (f"{ACTOR}.fsdp_config.mixed_precision.param_dtype", custom(conv.param_dtype, "model.dtype",
                                                                 note="bf16/fp16/fp32; not given: `auto` here, bf16 on "
                                                                      "a GPU as real verl, float32 on the CPU")),
@@ -239,14 +251,9 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.expert_parallel_size", ignored(_LAYOUT)),
     (f"{ROLLOUT}.pipeline_model_parallel_size", ignored(_LAYOUT)),
     (f"{ROLLOUT}.ignore_eos", only(False, why="generating past EOS")),
-    (f"{ROLLOUT}.over_sample_rate", only(0, why="aborting slow requests")),
     (f"{ROLLOUT}.skip_rollout", only(False, why="replaying dumped rollouts")),
     (f"{ROLLOUT}.use_fire_sampling", only(False, why="FIRE sampling")),
     (f"{ROLLOUT}.chat_scheduler", only(None, why="custom chat schedulers")),
-    (f"{ROLLOUT}.multi_turn.enable", only(False, why="multi-turn rollouts from its tool/interaction YAML files; "
-                                                 "here tools are Python functions given as rollout.tools (or an "
-                                                 "environment as rollout.environment, docs/agents.md)")),
-    (f"{ROLLOUT}.multi_turn.*", ignored("used with multi_turn.enable only")),
     (f"{ROLLOUT}.agent.num_workers", ignored(_ENGINE)),
     (f"{ROLLOUT}.cudagraph_capture_sizes", ignored(_ENGINE)),
     (f"{ROLLOUT}.load_format", ignored(_ENGINE)),
@@ -271,6 +278,10 @@ _ENTRIES: list[tuple[str, dict]] = [
     (f"{ROLLOUT}.quantization_config_file", only(None, why="a quantization config file (torchao's)")),
     (f"{ROLLOUT}.skip_dump_dir", ignored("used with skip_rollout only")),
     (f"{ROLLOUT}.trace.*", ignored("tracing")),
+    (f"{ROLLOUT}.prometheus.enable", ignored("Prometheus scraping of the vLLM/SGLang servers' metrics: monitoring "
+                                             "only; nothing is exported to Prometheus here, the engine's timings "
+                                             "and throughput are in metrics.jsonl (timing_s/*, perf/*)")),
+    (f"{ROLLOUT}.prometheus.*", ignored("used with prometheus.enable only")),
     (f"{ROLLOUT}.profiler.*", ignored(_PROFILER)),
     (f"{ROLLOUT}.val_kwargs.n", reads("val_kwargs.do_sample: data.val_n", default=1)),
     (f"{ROLLOUT}.val_kwargs.do_sample", custom(conv.val_sampling, "data.val_do_sample + data.val_n, val_temperature, "
@@ -362,7 +373,12 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.kl_ctrl.kl_coef", to("algorithm.kl_coef", as_float, default=0.001, note="KL-in-reward coefficient")),
     ("algorithm.kl_ctrl.horizon", to("algorithm.kl_ctrl.horizon", as_int, default=10000)),
     ("algorithm.kl_ctrl.target_kl", to("algorithm.kl_ctrl.target_kl", as_float, default=0.1)),
-    ("algorithm.use_pf_ppo", only(False, why="preference-feedback PPO reweighting")),
+    ("algorithm.use_pf_ppo", custom(conv.pf_ppo, "algorithm.pf_ppo.enable", default=False,
+                                    note="resamples the batch by its scores after GAE (gae only, as real verl; "
+                                         "other estimators: noted, no effect)")),
+    ("algorithm.pf_ppo.reweight_method", reads("algorithm.pf_ppo.reweight_method with use_pf_ppo", default="pow",
+                                               note="pow | max_min | max_random")),
+    ("algorithm.pf_ppo.weight_pow", reads("algorithm.pf_ppo.weight_pow with use_pf_ppo", default=2.0)),
     ("algorithm.rollout_correction.rollout_is", custom(conv.rollout_is, "algorithm.rollout_correction.rollout_is",
                                                        default=None,
                                                        note="token | sequence importance weights pi_old / pi_engine "
@@ -384,7 +400,6 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("algorithm.rollout_correction.loss_type", reads("algorithm.rollout_correction.loss_type and algorithm."
                                                      "policy_loss with bypass_mode", default="ppo_clip",
                                                      note="ppo_clip | reinforce")),
-    ("algorithm.pf_ppo.*", ignored("used with algorithm.use_pf_ppo only")),
     # ---- trainer
     ("trainer.total_epochs", custom(conv.total_epochs, "training.total_steps = epochs x (prompts // train_batch_size)",
                                     default=30, phase=2, note="used when total_training_steps is null")),
@@ -434,6 +449,7 @@ _ENTRIES: list[tuple[str, dict]] = [
     ("ray_init.*", ignored("Ray start-up settings")),
     ("global_profiler.*", ignored(_PROFILER)),
     *DISTILLATION_ENTRIES,  # verl/compat/real_distillation.py
+    *MULTI_TURN_ENTRIES,  # verl/compat/real_multi_turn.py
     ("transfer_queue.enable", only(False, why="the transfer-queue data plane; batches stay in memory here")),
     ("transfer_queue.*", ignored("used with transfer_queue.enable only")),
     ("skip.*", only(False, None, "cache", [], "~/.verl/rollout_dump", why="replaying dumped rollouts")),

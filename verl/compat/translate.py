@@ -122,6 +122,7 @@ class Context:
         self._steps: Optional[int] = None
         self._prompts: Optional[int] = None
         self._train_rows = None
+        self._tokenizer = None
         self.notes: list[str] = []  # lines a converter adds about what it decided (printed with the others)
         self.layout: dict[str, int] = {}  # Megatron parallel sizes given (one note: real_engines.layout_note)
         self.memory_reasons: list[str] = []  # Translation.memory_reasons
@@ -147,15 +148,43 @@ class Context:
 
     def train_rows(self):
         if self._train_rows is None:
-            from verl.data.sources import read_many
-
             files = self.our("data.train_files")
             if not files:
                 raise ConfigError("data.train_files: required (real verl's default ~/data/rlhf/gsm8k/train.parquet "
                                   "is not assumed); give the training parquet/jsonl file(s)")
-            self._train_rows = read_many(files if isinstance(files, list) else [files],
-                                         self.our("data.prompt_key", "prompt"), self.our("data.answer_key", "answer"))
+            self._train_rows = self.read_rows(files)
         return self._train_rows
+
+    def read_rows(self, files) -> list:
+        """The rows of `files`: as the files hold them, or as data.dataset_class (real verl's data.custom_cls)
+        reads them, with the model's tokenizer (its errors name the key the class came from)."""
+        files = files if isinstance(files, list) else [files]
+        if not self.our("data.dataset_class"):
+            from verl.data.sources import read_many
+
+            return read_many(files, self.our("data.prompt_key", "prompt"), self.our("data.answer_key", "answer"))
+        from verl.data.custom_dataset import dataset_rows
+
+        key = "data.custom_cls.path" if self.given("data.custom_cls.path") else "data.dataset_class"
+        return dataset_rows(self.data_config(), files, self.tokenizer(), key, seed=self.our("seed"),
+                            batch_size=self.our("training.batch_size"),
+                            max_response_length=self.our("rollout.max_new_tokens"))
+
+    def data_config(self):
+        """Our data section from the keys translated so far."""
+        from verl.config import DataConfig, build_section
+
+        data_keys = {k.split(".", 1)[1]: self.our(k) for k in (*self.native, *self.ours) if k.startswith("data.")}
+        return build_section(DataConfig, data_keys, "data")
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from verl.models.loading import load_tokenizer
+
+            name = self.our("model.tokenizer") or self.our("model.name")
+            self._tokenizer = load_tokenizer(name, "model.tokenizer" if self.our("model.tokenizer") else "model.name",
+                                             bool(self.our("model.trust_remote_code", False)))
+        return self._tokenizer
 
     def num_train_prompts(self) -> int:
         """Prompts a real verl epoch visits: all rows, or those that fit with filter_overlong_prompts."""
@@ -167,16 +196,9 @@ class Context:
         rows = self.train_rows()
         if self.our("data.truncation") != "filter":
             return len(rows)
-        from verl.config import DataConfig, build_section
         from verl.data.prompts import PromptLoader
-        from verl.models.loading import load_tokenizer
 
-        data_keys = {k.split(".", 1)[1]: self.our(k) for k in (*self.native, *self.ours) if k.startswith("data.")}
-        data_cfg = build_section(DataConfig, data_keys, "data")
-        name = self.our("model.tokenizer") or self.our("model.name")
-        tokenizer = load_tokenizer(name, "model.tokenizer" if self.our("model.tokenizer") else "model.name",
-                                   bool(self.our("model.trust_remote_code", False)))
-        return len(PromptLoader(rows, tokenizer, data_cfg, batch_size=1, name="train"))
+        return len(PromptLoader(rows, self.tokenizer(), self.data_config(), batch_size=1, name="train"))
 
     def total_steps(self) -> int:
         if self._steps is None:
@@ -396,10 +418,7 @@ def translate(argv: list[str]) -> Translation:
 
     val_rows = []
     if ctx.our("data.val_files"):
-        from verl.data.sources import read_many
-
-        val_rows = read_many(ctx.our("data.val_files"), ctx.our("data.prompt_key", "prompt"),
-                             ctx.our("data.answer_key", "answer"))
+        val_rows = ctx.read_rows(ctx.our("data.val_files"))
         _put(ctx.ours, "data.val_max_samples", len(val_rows), "real verl validates every row", DEFAULT)
     if not any(k.startswith("reward_fn.") for k in ctx.ours):  # no reward of ours, no custom or model reward
         for our_key, value in _pick_reward(ctx, val_rows, notes).items():

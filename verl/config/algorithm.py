@@ -40,6 +40,16 @@ class OverlongPenaltyConfig(Section):
 
 
 @dataclass
+class PfPpoConfig(Section):
+    """Preference-feedback PPO (real verl's algorithm.use_pf_ppo / pf_ppo.*): after GAE's advantages the batch is
+    resampled with replacement, weighted by each sequence's score (verl/algorithms/pf_ppo.py has the formulas)."""
+    SECTION = "algorithm.pf_ppo"
+    enable: bool = False
+    reweight_method: str = key("pow", choices="verl.algorithms.pf_ppo:REWEIGHT_METHODS")
+    weight_pow: float = key(2.0, ge=0)  # pow: w = |score| ** weight_pow
+
+
+@dataclass
 class LossParamsConfig(Section):
     """The knobs of individual policy losses (verl/algorithms/policy_losses_*.py), papers' defaults."""
     SECTION = "algorithm.loss_params"
@@ -99,8 +109,12 @@ class AlgorithmConfig(Section):
     mask_truncated: bool = False  # drop responses that hit max_new_tokens from the loss
     # Engine -> pi_old correction (importance weights, rejection, bypass mode): verl/config/rollout_correction.py
     rollout_correction: RolloutCorrectionConfig = key(factory=RolloutCorrectionConfig)
+    pf_ppo: PfPpoConfig = key(factory=PfPpoConfig)
 
     def validate(self, path: str) -> None:
+        if self.pf_ppo.enable and self.adv_estimator not in (None, "gae"):  # None: the preset fills it, checked then
+            raise ConfigError(f"{path}.pf_ppo.enable: resamples the batch after GAE's advantages (as real verl's "
+                              f"compute_advantage does, for gae only); adv_estimator is {self.adv_estimator}")
         if self.clip_ratio_c and self.clip_ratio_c <= 1:
             raise ConfigError(f"{path}.clip_ratio_c: dual-clip bound must be > 1 (or 0 = off), got {self.clip_ratio_c}")
         if self.clip_ratio_c and self.policy_loss is not None and not _loss(self.policy_loss).dual_clip:

@@ -58,6 +58,10 @@ def check(cfg) -> None:
         raise ConfigError("rollout.restart_on_failure: restarts engines that run in their own processes "
                           "(distributed.backend: ray with distributed.rollout: workers or auto); this run's engine "
                           "is in the trainer's process, whose crash ends the run (--resume auto continues it)")
+    if cfg.async_training.enable and cfg.data.sampler_class:
+        raise ConfigError("data.sampler_class: a sampler orders the prompts of each step after the previous step's "
+                          "update (a curriculum's update(batch)); async_training draws batches ahead of it: use one "
+                          "of the two")
     if cfg.async_training.enable:
         _check_async(cfg)
     elif cfg.async_training.streaming:

@@ -21,6 +21,13 @@ class DataConfig(Section):
     train_source: Optional[str] = None
     val_source: Optional[str] = key(None, resume_safe=True)
     prompts: list = key(factory=list)  # inline prompts (strings)
+    # A user's dataset class reading the files, 'file.py:ClassName' or 'package.module:ClassName' (real verl's
+    # data.custom_cls): built with real verl's RLHFDataset arguments, its items become the rows
+    # (verl/data/custom_dataset.py)
+    dataset_class: Optional[str] = None
+    # A user's sampler deciding the order of training prompts, named alike (real verl's data.sampler): a
+    # curriculum sampler's update(batch) runs after every step (verl/data/custom_sampler.py)
+    sampler_class: Optional[str] = None
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     # Vision-language data (docs/vision_language.md): the column of each row's images (a list of PIL images,
@@ -51,6 +58,11 @@ class DataConfig(Section):
     config_file: str = derived("")
 
     def validate(self, path: str) -> None:
+        from verl.data.user_class import split_spec
+
+        for name in ("dataset_class", "sampler_class"):
+            if getattr(self, name) is not None:
+                split_spec(getattr(self, name), f"{path}.{name}")
         at_most(self.max_prompt_length, MAX_TOKENS, f"{path}.max_prompt_length", "no model's context is that long")
         if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
             raise ConfigError(f"{path}.min_pixels ({self.min_pixels}) is more than {path}.max_pixels "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -21,6 +22,20 @@ class LoraConfig(Section):
     # a regex the whole module name matches (e.g. ".*visual.*": none in a Qwen-VL vision tower) or a list of
     # names, each the module's name or its last parts; None: none excluded
     exclude_modules: Any = None
+    # How A starts (B starts at zero, so training starts from the base model): kaiming (peft's default,
+    # kaiming-uniform; Megatron's lora_A_init_method kaiming) | gaussian (normal, std 1/rank)
+    init_lora_weights: str = key("kaiming", choices=("kaiming", "gaussian"))
+    # A saved peft adapter folder (adapter_config.json + weights) to start from, its weights trained further
+    # (real verl's actor_rollout_ref.model.lora_adapter_path). Its own rank / alpha / dropout / targets are
+    # used: keys above left at their defaults take them, others must equal them (verl/models/lora_adapter.py)
+    adapter_path: Optional[str] = None
+
+    def validate(self, path: str) -> None:
+        if self.adapter_path is not None:
+            from verl.models.lora_adapter import adopt, read_adapter
+
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            adopt(self, read_adapter(self.adapter_path, f"{path}.adapter_path"), path, defaults)
 
 
 @dataclass
@@ -61,7 +76,10 @@ class ModelConfig(Section):
     # model.dtype (FSDP's MixedPrecisionPolicy). auto: param_copy for full fine-tuning in bf16/fp16
     # on a CUDA device in one process, unless training.offload_optimizer (the copy's 2 bytes per
     # parameter stay through the optimizer step that offloading makes room for); autocast elsewhere.
-    mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy"))
+    # pure: no float32 master copy -- the trained weights themselves are model.dtype, and AdamW steps them
+    # (its moments in model.dtype too): 8 bytes a parameter instead of 16, and every update rounded to
+    # model.dtype (real verl's fsdp_config.model_dtype=bfloat16). Never chosen by auto.
+    mixed_precision: str = key("auto", choices=("auto", "autocast", "param_copy", "pure"))
     lora: LoraConfig = key(factory=LoraConfig)
     # A vision-language model's vision tower (and its projector) is not trained: requires_grad off, not in
     # the optimizer (real verl's actor.freeze_vision_tower). With LoRA the tower never gets adapters anyway.
@@ -73,11 +91,12 @@ class ModelConfig(Section):
         if self.use_flash_attention and self.attn_implementation not in ("auto", "flash_attention_2"):
             raise ConfigError(f"{path}.use_flash_attention: true contradicts {path}.attn_implementation: "
                               f"{self.attn_implementation}; keep one of them")
-        if self.mixed_precision == "param_copy":
+        if self.mixed_precision in ("param_copy", "pure"):
+            mode = self.mixed_precision
             if self.dtype not in ("bfloat16", "float16", "auto"):  # auto: checked again once resolved
-                raise ConfigError(f"{path}.mixed_precision: param_copy computes in model.dtype, which is "
+                raise ConfigError(f"{path}.mixed_precision: {mode} computes in model.dtype, which is "
                                   f"{self.dtype}; set model.dtype: bfloat16 (or mixed_precision: autocast)")
             if self.lora.rank > 0:
-                raise ConfigError(f"{path}.mixed_precision: param_copy is for full fine-tuning; with "
+                raise ConfigError(f"{path}.mixed_precision: {mode} is for full fine-tuning; with "
                                   "model.lora.rank > 0 the frozen base already runs in model.dtype (set "
                                   "mixed_precision: autocast)")

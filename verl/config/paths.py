@@ -36,7 +36,8 @@ def _function_from_config_folder(spec, base: str):
 
 def resolve_relative_paths(data: dict, base: str) -> dict:
     """A config file's relative paths (_PATH_KEYS, reward_fn.function and .model_name, also in
-    combined components) resolved against its folder `base`, in place."""
+    combined components, data.dataset_class and data.sampler_class) resolved against its folder `base`, in
+    place."""
     for section, key in _PATH_KEYS:
         node = data.get(section)
         if not isinstance(node, dict) or key not in node:
@@ -44,6 +45,10 @@ def resolve_relative_paths(data: dict, base: str) -> dict:
         value = node[key]
         node[key] = ([_from_config_folder(v, base) for v in value] if isinstance(value, list)
                      else _from_config_folder(value, base))
+    if isinstance(data.get("data"), dict):  # user classes named as file.py:Name
+        for key in ("dataset_class", "sampler_class"):
+            if key in data["data"]:
+                data["data"][key] = _function_from_config_folder(data["data"][key], base)
     rewards = [data.get("reward_fn")] if isinstance(data.get("reward_fn"), dict) else []
     while rewards:
         rf = rewards.pop()

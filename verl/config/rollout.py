@@ -37,6 +37,17 @@ class MultiTurnConfig(Section):
     tool_format: str = key("hermes", choices="verl.agents.parsing:TOOL_CALL_FORMATS")
     tool_call_pattern: Optional[str] = None  # tool_format regex: (?P<name>...) and (?P<arguments>...) groups
     max_tool_output_chars: int = key(2000, ge=1)  # longer tool outputs are cut, with a marker
+    # which part of a longer tool output is kept: the start, the end, or half of each (real verl: middle)
+    tool_output_keep: str = key("head", choices="verl.agents.tools:TRUNCATE_KEEPS")
+    # true: a model turn ends at its first call's closing tag (</tool_call>), so the call is answered at once;
+    # false: the turn runs to its end-of-turn token and its calls are parsed from the whole turn (real verl)
+    stop_at_tool_call: bool = True
+    # tool calls of one model turn that run; those after them are left unanswered (real verl's
+    # max_parallel_calls, 1 there). None: all (each still counts against max_tool_calls)
+    max_calls_per_turn: Optional[int] = key(None, ge=1)
+    # the agent loop of a row without an `agent_name` column: tool_agent (multi-turn) or single_turn_agent
+    # (one model turn, no tools in its prompt); verl/agents/agent_loops.py
+    default_agent: str = key("tool_agent", choices="verl.agents.agent_loops:AGENT_LOOPS")
     tool_workers: int = key(8, ge=1)  # concurrent tool calls (turn_barrier false: trajectories, each up to this)
     # true: each turn waits for every tool call of the turn, then all live trajectories generate together
     # (batch composition fixed: reproducible). false: a trajectory's next model turn joins the next engine
@@ -119,6 +130,15 @@ class RolloutConfig(Section):
     # an environment as "module:Class"; either turns on multi-turn rollouts
     tools: list[str] = key(factory=list)
     environment: Optional[str] = None
+    # Real verl's YAML files (docs/agents.md, "Tool classes" and "Interactions"): stateful tool classes
+    # (tools: [{class_name, config, tool_schema}]) and interactions (interaction: [{name, class_name, config}])
+    tool_config: Optional[str] = None
+    interaction_config: Optional[str] = None
+    # Mixture-of-experts models (docs/moe.md): the update routes each token to the experts it went to in
+    # another pass instead of its own top-k. off | engine: the rollout engine's routing (real verl's R3; the
+    # hf engine records it) | pi_old: the pi_old pass's (real verl's R2). The router's weights still get their
+    # gradient through the chosen experts' probabilities.
+    routing_replay: str = key("off", choices=("off", "engine", "pi_old"))
     multi_turn: MultiTurnConfig = key(factory=MultiTurnConfig)
 
     @property
@@ -127,7 +147,7 @@ class RolloutConfig(Section):
 
     @property
     def is_multi_turn(self) -> bool:
-        return bool(self.tools or self.environment)
+        return bool(self.tools or self.environment or self.tool_config or self.interaction_config)
 
     def engine_log_probs_every_step(self, async_enabled: bool, correction: bool = False) -> bool:
         """Whether the loss reads the engine's log-probs, so that every step needs them (see
@@ -143,6 +163,16 @@ class RolloutConfig(Section):
 
     def validate(self, path: str) -> None:
         mt = self.multi_turn
+        if self.routing_replay == "engine" and self.name != "hf":
+            raise ConfigError(f"{path}.routing_replay: engine needs the engine's routing per token, which the hf "
+                              f"engine records; {self.name}'s is not read yet (use rollout.name: hf, or "
+                              f"routing_replay: pi_old)")
+        if self.routing_replay == "engine" and self.is_multi_turn:
+            raise ConfigError(f"{path}.routing_replay: engine is not carried through multi-turn rollouts yet (each "
+                              "turn is its own engine call); use routing_replay: pi_old")
+        if self.environment and self.interaction_config:
+            raise ConfigError(f"{path}.interaction_config: a rollout has one environment, and {path}.environment is "
+                              "set too; give one of them")
         if mt.tool_format == "regex" and not mt.tool_call_pattern:
             raise ConfigError(f"{path}.multi_turn.tool_call_pattern: required for tool_format: regex, with groups "
                               "(?P<name>...) and (?P<arguments>...)")

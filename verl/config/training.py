@@ -9,7 +9,7 @@ from verl.config.keys import Section, derived, key
 
 DEFAULT_DIFF_WARN = 0.1  # training.logprob_diff_warn: bf16 engine vs actor is ~0.03 on a GPU
 FP8_DIFF_WARN = 0.25  # under rollout.quantization: fp8 (block-FP8 weights move each log-prob further)
-SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "sqrt")
 
 
 @dataclass
@@ -32,22 +32,37 @@ class TrainingConfig(Section):
     use_packed_samples: Optional[bool] = key(None, resume_safe=True)
     packed_by_default: bool = derived(False)  # packing chosen by auto, not asked for (verl/config/auto.py)
     grad_clip: float = key(1.0, ge=0)
+    # Mixture-of-experts models: the router's load-balancing loss (the family's own, as transformers computes
+    # it) joins the actor's loss times this, per micro-batch (docs/moe.md); 0: not added (real verl's FSDP
+    # actor adds none; Megatron's moe_aux_loss_coeff maps here). Expert load is logged either way.
+    router_aux_loss_coef: float = key(0.0, ge=0)
     lr: float = key(1e-5, gt=0)
     critic_lr: Optional[float] = key(None, gt=0)  # None -> 10 x lr
     weight_decay: float = key(0.0, ge=0)
     # false: no weight decay on 1-D weights (biases, norm scales), as Megatron's optimizer (actor and critic)
     weight_decay_1d: bool = True
     # after the warm-up: constant, or a decay over the remaining steps to min_lr_ratio x lr (linear, cosine;
-    # inverse_sqrt: lr sqrt(warmup_steps / step), floored there); verl/workers/optim.py lr_multiplier
+    # sqrt: 1 - sqrt(progress), TorchTitan's; inverse_sqrt: lr sqrt(warmup_steps / step), floored there);
+    # verl/workers/optim.py lr_multiplier
     lr_scheduler: str = key("constant", choices=SCHEDULES)
     min_lr_ratio: float = key(0.0, ge=0, unit="[0, 1]")
     warmup_steps: int = key(0, ge=0)
+    # the warm-up starts at warmup_start_ratio x lr instead of 0 (VeOmni's lr_start / lr)
+    warmup_start_ratio: float = key(0.0, ge=0, unit="[0, 1]")
+    # true: the warm-up's first step already runs at lr / warmup_steps, full lr from step warmup_steps - 1
+    # (TorchTitan's); false: at 0, full lr from step warmup_steps (transformers', Megatron's, VeOmni's)
+    warmup_from_first_step: bool = False
+    # the step the decay ends at, min_lr_ratio x lr after it; None: total_steps (VeOmni's
+    # int(lr_decay_ratio x steps); TorchTitan's own training.steps under real verl)
+    lr_decay_steps: Optional[int] = key(None, ge=0)
     critic_warmup_steps: Optional[int] = key(None, ge=0)  # the critic's own warm-up; None -> warmup_steps
     # the critic's own optimizer settings (real verl's critic.optim has its own); None -> the actor's above
     critic_weight_decay: Optional[float] = key(None, ge=0)
     critic_grad_clip: Optional[float] = key(None, ge=0)
     critic_lr_scheduler: Optional[str] = key(None, choices=SCHEDULES)
     critic_min_lr_ratio: Optional[float] = key(None, ge=0, unit="[0, 1]")
+    critic_warmup_start_ratio: Optional[float] = key(None, ge=0, unit="[0, 1]")
+    critic_lr_decay_steps: Optional[int] = key(None, ge=0)
     val_every: int = key(0, ge=0, resume_safe=True)  # 0 = no periodic validation
     # wall-clock budget for this process; the step that crosses it is the last (0 = none)
     max_minutes: float = key(0.0, ge=0, resume_safe=True)

@@ -13,7 +13,8 @@ Order: the loader runs forever over epochs. Epoch e visits the rows in the permu
 drawn from a torch.Generator seeded by (seed, e) (identity order when `data.shuffle` is
 off); a batch that runs out of rows continues into the next epoch's permutation. The
 state (epoch, position, next group id) is three integers, so a resumed run sees exactly
-the batches an uninterrupted run would have seen.
+the batches an uninterrupted run would have seen. With `data.sampler_class` a user's sampler
+gives each epoch's order instead (verl.data.custom_sampler: its resume rules).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from verl.agents.agent_loops import MULTI_TURN, row_agent
 from verl.batch import Batch
 from verl.data.sources import DataError, PromptRow, read_many, record_to_row
 
@@ -69,9 +71,12 @@ def inline_rows(prompts: list, data_cfg) -> list[PromptRow]:
     return rows
 
 
-def load_prompt_rows(data_cfg, files: Any = None, key: str = "data.train_files") -> list[PromptRow]:
+def load_prompt_rows(data_cfg, files: Any = None, key: str = "data.train_files", tokenizer=None,
+                     run=None) -> list[PromptRow]:
     """The prompt rows of `files` (paths and/or `datasets.Dataset`s; default `data.train_files`); `key`: the
-    config key that named them, for the error of a missing file.
+    config key that named them, for the error of a missing file. With `data.dataset_class`, the files are
+    read by that class (verl.data.custom_dataset), built with `tokenizer` and, from `run` (the full Config,
+    optional), the seed, prompts per step and response length its data config holds.
 
     With no files: the inline `data.prompts`, else `DEFAULT_PROMPTS`.
     Raises `DataError` naming the file and line/row for any bad input.
@@ -84,11 +89,26 @@ def load_prompt_rows(data_cfg, files: Any = None, key: str = "data.train_files")
         for f in files:
             if isinstance(f, (str, os.PathLike)) and not os.path.exists(f):
                 raise DataError(missing_file_line(key, os.fspath(f), data_cfg.config_file))
+        if data_cfg.dataset_class:
+            return _class_rows(data_cfg, files, tokenizer, run)
         return read_many(files, data_cfg.prompt_key, data_cfg.answer_key, data_cfg.image_key)
+    if data_cfg.dataset_class:
+        raise DataError("data.dataset_class: it reads data.train_files, and none are given")
     if data_cfg.prompts:
         return inline_rows(data_cfg.prompts, data_cfg)
     return [PromptRow(prompt=p, data_source="default", origin=f"DEFAULT_PROMPTS[{i}]")
             for i, p in enumerate(DEFAULT_PROMPTS)]
+
+
+def _class_rows(data_cfg, files: list, tokenizer, run) -> list[PromptRow]:
+    from verl.data.custom_dataset import dataset_rows
+
+    if tokenizer is None or not all(isinstance(f, (str, os.PathLike)) for f in files):
+        raise DataError("data.dataset_class: it reads files (data.train_files / data.val_files) with the model's "
+                        "tokenizer; in-memory datasets and calls without a tokenizer are not read by it")
+    extras = {} if run is None else dict(seed=run.seed, batch_size=run.training.batch_size,
+                                         max_response_length=run.rollout.max_new_tokens)
+    return dataset_rows(data_cfg, [os.fspath(f) for f in files], tokenizer, **extras)
 
 
 def missing_file_line(key: str, path: str, config_file: str) -> str:
@@ -165,7 +185,8 @@ class PromptLoader:
     """
 
     def __init__(self, rows: list[PromptRow], tokenizer, data_cfg, batch_size: int, seed: int = 0,
-                 shuffle: Optional[bool] = None, name: str = "train", tools: Optional[list] = None):
+                 shuffle: Optional[bool] = None, name: str = "train", tools: Optional[list] = None,
+                 default_agent: str = MULTI_TURN):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.tokenizer = tokenizer
@@ -175,6 +196,7 @@ class PromptLoader:
         self.shuffle = data_cfg.shuffle if shuffle is None else shuffle
         self.name = name
         self.tools = tools
+        self.default_agent = default_agent  # rows of a single-turn agent loop see no tools (agent_loops.py)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = 0 if pad is None else pad
         self.num_filtered = 0
@@ -185,15 +207,29 @@ class PromptLoader:
         self.position = 0
         self.next_group_id = 0
         self._order_cache: tuple[int, list[int]] = (-1, [])
+        # data.sampler_class: a user's sampler gives the order instead (verl.data.custom_sampler); the row of
+        # each group id handed out lately, for its update(batch)
+        self.order = None
+        self._row_of_group: dict[int, int] = {}
 
     # ------------------------------------------------------------ encoding
+    def _tools_of(self, row: PromptRow) -> Optional[list]:
+        """The tool schemas `row`'s prompt shows: none for a row of the single-turn agent loop."""
+        if not self.tools:
+            return self.tools
+        try:
+            agent = row_agent(row.extra, self.default_agent)
+        except ValueError as exc:
+            raise DataError(f"{row.origin or self.name}: {exc}") from None
+        return self.tools if agent == MULTI_TURN else None
+
     def _encode(self, rows: list[PromptRow]):
         if not rows:
             raise DataError(f"{self.name} data: no prompt rows")
         cfg = self.data_cfg
         with_images = [i for i, r in enumerate(rows) if r.images is not None]
         text_rows = [r for r in rows if r.images is None]
-        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self.tools) for r in text_rows]
+        texts = [render_prompt(r.prompt, self.tokenizer, cfg, self._tools_of(r)) for r in text_rows]
         # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
         add_special = not uses_chat_template(self.tokenizer, cfg)
         ids = self.tokenizer(texts, add_special_tokens=add_special)["input_ids"] if texts else []
@@ -201,9 +237,17 @@ class PromptLoader:
         if with_images:  # rows with images: the processor's expanded ids (verl.data.multimodal)
             from verl.data.vl_prompts import encode_image_rows
 
+            # the rows whose prompt shows the tools, and the others, each encoded as one group
+            groups = {}
+            for i in with_images:
+                groups.setdefault(self._tools_of(rows[i]) is not None, []).append(i)
+            encoded = {}
+            for shows_tools, members in groups.items():
+                parts = encode_image_rows([rows[i] for i in members], self.tokenizer, cfg,
+                                          self.tools if shows_tools else None)
+                encoded.update({i: tuple(p[k] for p in parts) for k, i in enumerate(members)})
             texts, ids, multi_modal = _merge_rows(len(rows), with_images, (texts, ids, multi_modal),
-                                                  encode_image_rows([rows[i] for i in with_images], self.tokenizer,
-                                                                    cfg, self.tools))
+                                                  tuple(list(col) for col in zip(*(encoded[i] for i in with_images))))
         limit, mode = cfg.max_prompt_length, cfg.truncation
         keep_rows, keep_texts, keep_ids, keep_mm = [], [], [], []
         for row, text, tok, mm in zip(rows, texts, ids, multi_modal):
@@ -250,8 +294,25 @@ class PromptLoader:
             self._order_cache = (epoch, order)
         return self._order_cache[1]
 
+    def use_sampler(self, order) -> None:
+        """Take the order from `order` (a verl.data.custom_sampler.SamplerOrder over self.rows)."""
+        self.order = order
+
+    def _sampled_indices(self) -> list[int]:
+        out = []
+        while len(out) < self.batch_size:
+            index = self.order.next(self.epoch, self.position)
+            if index is None:  # the sampler's epoch ended: the batch continues into the next one
+                self.epoch, self.position = self.epoch + 1, 0
+                continue
+            out.append(index)
+            self.position += 1
+        return out
+
     def next_indices(self) -> list[int]:
         """Row indices of the next batch, advancing the state (crosses epochs if needed)."""
+        if self.order is not None:
+            return self._sampled_indices()
         n, out = len(self.rows), []
         while len(out) < self.batch_size:
             order = self._order(self.epoch)
@@ -266,7 +327,18 @@ class PromptLoader:
         indices = self.next_indices()
         group_ids = list(range(self.next_group_id, self.next_group_id + len(indices)))
         self.next_group_id += len(indices)
+        if self.order is not None:
+            self._row_of_group.update(zip(group_ids, indices))
         return self.make_batch(indices, group_ids)
+
+    def after_step(self, batch: Batch, step: int) -> None:
+        """After training step `step` on `batch`: a curriculum sampler's update(batch) (data.sampler_class)."""
+        if self.order is None or not self.order.curriculum:
+            return
+        rows = [self._row_of_group[g] for g in batch.group_id]
+        self.order.update(batch, rows, step)
+        done = min(batch.group_id, default=0)  # groups before this batch's are not handed out again
+        self._row_of_group = {g: r for g, r in self._row_of_group.items() if g >= done}
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -291,6 +363,7 @@ class PromptLoader:
         rows = [self.rows[i] for i in indices]
         return Batch(input_ids=input_ids, attention_mask=attention_mask,
                      prompt_text=[self.texts[i] for i in indices],
+                     raw_prompt=[r.prompt for r in rows],
                      ground_truth=[r.ground_truth for r in rows],
                      data_source=[r.data_source for r in rows],
                      extra=[dict(r.extra) for r in rows],
@@ -299,8 +372,11 @@ class PromptLoader:
 
     # ------------------------------------------------------------ resume
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "next_group_id": self.next_group_id,
-                "seed": self.seed, "num_rows": len(self.rows), "shuffle": self.shuffle}
+        state = {"epoch": self.epoch, "position": self.position, "next_group_id": self.next_group_id,
+                 "seed": self.seed, "num_rows": len(self.rows), "shuffle": self.shuffle}
+        if self.order is not None:
+            state["sampler"] = self.order.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if state["num_rows"] != len(self.rows):
@@ -309,8 +385,14 @@ class PromptLoader:
         if state["seed"] != self.seed or state["shuffle"] != self.shuffle:
             raise DataError(f"{self.name} data: the checkpoint used seed={state['seed']} shuffle={state['shuffle']}, "
                             f"this run seed={self.seed} shuffle={self.shuffle}; the data order would differ")
+        if ("sampler" in state) != (self.order is not None):
+            raise DataError(f"{self.name} data: the checkpoint was taken {'with' if 'sampler' in state else 'without'} "
+                            f"data.sampler_class, this run is {'without' if self.order is None else 'with'} it; the "
+                            f"data order would differ")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self.next_group_id = int(state["next_group_id"])
+        if self.order is not None:
+            self.order.load_state_dict(state["sampler"])
 
 
 def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] = None,
@@ -319,11 +401,18 @@ def build_prompt_loaders(cfg, tokenizer, train_rows: Optional[list[PromptRow]] =
     """(train loader, validation rows or None) for a full `Config`.
 
     Training data: `train_rows` (in-memory data of the Python API, verl.data.in_memory), else
-    `data.train_files`, else `data.prompts`, else `DEFAULT_PROMPTS`.
+    `data.train_files` (read by `data.dataset_class` when given), else `data.prompts`, else `DEFAULT_PROMPTS`;
+    in the order of `data.sampler_class` when given.
     Validation rows: `val_rows`, else `data.val_files`; the first `data.val_max_samples` of them.
     """
-    rows = load_prompt_rows(cfg.data) if train_rows is None else train_rows
-    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools)
+    rows = load_prompt_rows(cfg.data, tokenizer=tokenizer, run=cfg) if train_rows is None else train_rows
+    train = PromptLoader(rows, tokenizer, cfg.data, batch_size=cfg.training.batch_size, seed=cfg.seed, tools=tools,
+                         default_agent=cfg.rollout.multi_turn.default_agent)
+    if cfg.data.sampler_class:
+        from verl.data.custom_sampler import SamplerOrder
+
+        train.use_sampler(SamplerOrder.build(cfg.data, train.rows, cfg.seed, batch_size=cfg.training.batch_size,
+                                             max_response_length=cfg.rollout.max_new_tokens))
     if val_rows is None and cfg.data.val_files:
-        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files, key="data.val_files")
+        val_rows = load_prompt_rows(cfg.data, cfg.data.val_files, key="data.val_files", tokenizer=tokenizer, run=cfg)
     return train, (None if val_rows is None else list(val_rows)[: cfg.data.val_max_samples])

@@ -94,6 +94,8 @@ def record_to_row(record: Any, prompt_key: str = "prompt", answer_key: str = "an
         ground_truth = record["ground_truth"]
     extra = record.get("extra_info")
     extra = dict(extra) if isinstance(extra, dict) else {}
+    if record.get("agent_name") is not None:  # real verl's per-row agent loop (verl/agents/agent_loops.py)
+        extra["agent_name"] = str(record["agent_name"])
     data_source = record.get("data_source") or default_source
     images = record.get(image_key)
     images = None if images is None or (isinstance(images, (list, tuple)) and not images) else images

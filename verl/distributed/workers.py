@@ -174,10 +174,12 @@ class TrainableWorker(RankWorker):
 
 class ActorWorker(TrainableWorker):
     def build(self, config) -> int:
-        from verl.models.loading import load_causal_lm
+        from verl.models.loading import load_causal_lm, torch_dtype
 
         torch.manual_seed(config.seed)
-        model = load_causal_lm(config.model, torch.float32, device_type=self.device.type)
+        pure = config.model.mixed_precision == "pure"  # the sharded weights themselves in model.dtype
+        model = load_causal_lm(config.model, torch_dtype(config.model.dtype) if pure else torch.float32,
+                               device_type=self.device.type)
         fsdp.broadcast_from_rank0(model, self.device)
         fsdp.shard_model(model, self.device, _param_dtype(config))
         self.role = ShardedActor.from_config(config, self.device, model, rank=self.rank, world_size=self.world_size)

@@ -236,6 +236,7 @@ def check_context_length(cfg) -> None:
     budget_key = "rollout.multi_turn.max_total_tokens" if r.is_multi_turn else "rollout.max_new_tokens"
     need = cfg.data.max_prompt_length + r.response_budget
     check_vision_language(cfg)
+    check_moe(cfg)
     if limit is not None and need > limit:
         raise ModelLoadError(
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) + {budget_key} "
@@ -265,6 +266,32 @@ def is_vision_language(name: str, key: str = "model.name", trust_remote_code: bo
     except Exception:  # noqa: BLE001 - the model load that follows names the problem
         return False
     return getattr(config, "vision_config", None) is not None
+
+
+def moe_experts(name: str, key: str = "model.name", trust_remote_code: bool = False) -> int:
+    """The number of routed experts `name`'s config.json declares (num_experts, num_local_experts), 0 for
+    a dense model (or one whose config cannot be read here: the model load names that problem)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_path(name, key), trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - the model load that follows names the problem
+        return 0
+    config = getattr(config, "text_config", None) or config
+    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
+
+
+def check_moe(cfg) -> None:
+    """The MoE keys need an MoE model: one line naming the key before any weights load (docs/moe.md)."""
+    asked = [(k, on) for k, on in (("training.router_aux_loss_coef", cfg.training.router_aux_loss_coef > 0),
+                                   ("rollout.routing_replay", cfg.rollout.routing_replay != "off")) if on]
+    if not asked or cfg.model.gguf_file:
+        return
+    m = cfg.model
+    if not moe_experts(m.name, "model.name", m.trust_remote_code):
+        key_name = asked[0][0]
+        raise ConfigError(f"{key_name}: for mixture-of-experts models; model.name '{m.name}' declares no experts "
+                          "(num_experts / num_local_experts in its config.json)")
 
 
 def _processor_class_name(path: str) -> str | None:
@@ -391,8 +418,6 @@ def check_vision_language(cfg) -> None:
         # prompt as the actor's does)
         "rollout.name": (cfg.rollout.name == "sglang", "sglang does not run vision-language models in verl; use "
                          "rollout.name: vllm or rollout.name: hf"),
-        "rollout.tools": (cfg.rollout.is_multi_turn, "multi-turn rollouts (rollout.tools / rollout.environment) "
-                          "do not carry the prompt's images into later turns yet; leave them unset"),
         "async_training.partial_rollout": (cfg.async_training.partial_rollout,
                                            "true: resumed partial responses do not carry the prompt's images yet; "
                                            "set it to false"),
@@ -400,3 +425,4 @@ def check_vision_language(cfg) -> None:
     for key_name, (refused, reason) in why.items():
         if refused:
             raise ConfigError(f"{key_name}: {reason} (model.name '{m.name}' is a vision-language model)")
+

@@ -35,26 +35,43 @@ def _target_modules(value):
     return value
 
 
+# model.lora.init_lora_weights -> peft's init_lora_weights (B is zero in both)
+PEFT_INIT = {"kaiming": True, "gaussian": "gaussian"}
+
+
 def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
     """Wrap a causal LM with LoRA adapters (peft). B starts at zero, so the wrapped model
-    computes exactly the base model until the first update."""
+    computes exactly the base model until the first update; with `adapter_path`, the saved
+    adapter is loaded instead (its weights, trainable) and the model starts where it left off."""
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, PeftModel, get_peft_model
     except ImportError as exc:
         raise ImportError("model.lora.rank > 0 needs peft (pip install peft)") from exc
     from verl.errors import ConfigError
 
     from verl.models.vision import LORA_EXCLUDE, is_vision_language_model
 
+    if lora_cfg.adapter_path is not None:  # its settings were adopted by the config (verl/models/lora_adapter.py)
+        try:
+            peft_model = PeftModel.from_pretrained(model, lora_cfg.adapter_path, is_trainable=True)
+        except (ValueError, KeyError, RuntimeError) as exc:  # e.g. targets or shapes of another base model
+            raise ConfigError(f"model.lora.adapter_path: the adapter in {lora_cfg.adapter_path} does not fit "
+                              f"model.name: {str(exc).splitlines()[0]}") from None
+        return _float_adapters(peft_model)
     targets, exclude = _target_modules(lora_cfg.target_modules), lora_cfg.exclude_modules
     if exclude is None and targets == "all-linear" and is_vision_language_model(model):
         exclude = LORA_EXCLUDE  # a VL model: "all-linear" adapts the language model, not the vision tower
     cfg = LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
-                     target_modules=targets, exclude_modules=exclude, bias="none", task_type="CAUSAL_LM")
+                     target_modules=targets, exclude_modules=exclude, bias="none", task_type="CAUSAL_LM",
+                     init_lora_weights=PEFT_INIT[lora_cfg.init_lora_weights])
     try:
         peft_model = get_peft_model(model, cfg)
     except ValueError as exc:
         raise ConfigError(f"model.lora.target_modules: {str(exc).splitlines()[0]}") from None
+    return _float_adapters(peft_model)
+
+
+def _float_adapters(peft_model):
     for name, param in peft_model.named_parameters():  # adapters train in float32
         if param.requires_grad and param.dtype != torch.float32:
             param.data = param.data.float()

@@ -16,7 +16,10 @@ import tempfile
 
 # bert: an encoder (a critic with its own tokenizer); qwen2-agent: qwen2 pretrained also on calculator
 # dialogues (below), so that it sometimes calls a tool before answering: the CPU agent demo's model
-TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert", "qwen2-agent")
+# qwen2_moe, qwen3_moe, mixtral, olmoe: mixture-of-experts decoders (4 experts, top-2 routing; Qwen2-MoE also
+# its shared expert), for the MoE paths (verl/models/moe.py)
+MOE_ARCHS = ("qwen2_moe", "qwen3_moe", "mixtral", "olmoe")
+TINY_ARCHS = ("gpt2", "llama", "qwen2", "bert", "qwen2-agent") + MOE_ARCHS
 TINY_VERSION = 4  # bump when the build changes, so stale caches are not reused
 
 # Text the BPE tokenizer is trained on: the default prompts, the seed's target phrase
@@ -135,7 +138,26 @@ def _model_config(arch: str, tokenizer, hidden: int, layers: int):
                   tie_word_embeddings=True, **ids)
     if arch == "llama":
         return LlamaConfig(head_dim=hidden // heads, **common)
+    if arch in MOE_ARCHS:
+        return _moe_config(arch, common, hidden)
     return Qwen2Config(**common)  # qwen2, qwen2-agent
+
+
+def _moe_config(arch: str, common: dict, hidden: int):
+    """4 experts of width hidden / 2, 2 routed per token, every layer sparse; the router's auxiliary loss
+    at its usual 0.01 (verl adds it only when training.router_aux_loss_coef says so)."""
+    from transformers import MixtralConfig, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
+
+    experts = dict(num_experts_per_tok=2, router_aux_loss_coef=0.01)
+    if arch == "mixtral":
+        return MixtralConfig(num_local_experts=4, head_dim=hidden // common["num_attention_heads"], **experts,
+                             **common)
+    moe = dict(num_experts=4, moe_intermediate_size=hidden // 2, norm_topk_prob=True, **experts, **common)
+    if arch == "qwen2_moe":
+        return Qwen2MoeConfig(shared_expert_intermediate_size=hidden // 2, decoder_sparse_step=1, **moe)
+    if arch == "qwen3_moe":
+        return Qwen3MoeConfig(head_dim=hidden // common["num_attention_heads"], decoder_sparse_step=1, **moe)
+    return OlmoeConfig(**moe)
 
 
 def _pretrain(model, tokenizer, steps: int, seed: int, arch: str = "") -> None:

@@ -37,6 +37,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from verl.batch import Batch
 from verl.models.lora import base_model
+from verl.models.moe import MoeRouting
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
@@ -104,7 +105,7 @@ def copy_weights_into(replica: torch.nn.Module, model: torch.nn.Module) -> int:
     targets = replica.state_dict(keep_vars=True)  # name -> Parameter / buffer; tied names share one tensor
     written: set[int] = set()
     n_bytes = 0
-    for name, value in hf_named_weights(model):
+    for name, value in hf_named_weights(model, checkpoint_layout=False):  # into a model of the same class
         target = targets.get(name)
         if target is None:
             raise RuntimeError(f"rollout.hf_weight_copy: the actor's weight '{name}' has no counterpart in the copy")
@@ -178,6 +179,8 @@ class HFRollout(RolloutEngine):
         static = rollout_cfg.cache_implementation == "static"
         self.cache_kwargs = _static_cache_kwargs(rollout_cfg) if static else {}
         self.weight_copy = bool(rollout_cfg.hf_weight_copy)
+        # rollout.routing_replay: engine -- an MoE model's experts per token, recorded while generating
+        self.record_routing = rollout_cfg.routing_replay == "engine"
         self._said_vl_fallback = False
         own_loop = rollout_cfg.decode_loop == "verl"
         self.decoder = None
@@ -226,20 +229,28 @@ class HFRollout(RolloutEngine):
         rows = prompts.repeat(sampling.n)
         device = next(self.model.parameters()).device
         tok = self.tokenizer
-        responses, log_probs, finished = [], [], []
+        responses, log_probs, finished, routed = [], [], [], []
         was_training = self.model.training
         self.model.eval()
+        routing = MoeRouting(self.model) if self.record_routing else None
         try:
             for part in rows.split(self.chunk or len(rows)):
                 abandon_on_stop("generation")
-                r, lp, f = self._generate_part(part, sampling, device)
+                with routing.recording() if routing else contextlib.nullcontext() as rec:
+                    r, lp, f = self._generate_part(part, sampling, device)
                 abandon_on_stop("generation")  # generate stopped early for it (StopOnSignal)
                 responses += r
                 log_probs += lp
                 finished += f
+                if rec is not None:
+                    routed.append(generated_routing(rec, len(part)))
         finally:
             self.model.train(was_training)
-        return assemble_rollout(rows, responses, log_probs, tok, sampling.max_new_tokens, finished)
+        out = assemble_rollout(rows, responses, log_probs, tok, sampling.max_new_tokens, finished)
+        if routed:
+            out.routed_experts = routed_columns(routed, out.input_ids.shape[1])
+            out.routed_experts[out.attention_mask == 0] = -1  # padding: nothing to replay
+        return out
 
     def _generate_part(self, part: Batch, sampling: SamplingParams, device):
         input_ids = part.input_ids.to(device)
@@ -349,3 +360,28 @@ def first_stop_prefix(ids: list, stops, tokenizer) -> int:
         else:
             lo = mid + 1
     return hi
+
+
+def generated_routing(rec, rows: int) -> torch.Tensor:
+    """The experts an MoE model routed each position to while generating, (rows, P + steps - 1, L, k) long
+    on the CPU: the prefill's call gives the prompt's P positions, each decode call one more (the last
+    sampled token is never fed back, so its position has none)."""
+    layers = len(rec.calls)
+    parts = []
+    for call in range(len(rec.calls[0])):
+        experts = torch.stack([rec.calls[layer][call][1] for layer in range(layers)], dim=1)  # (rows x S, L, k)
+        parts.append(experts.reshape(rows, -1, layers, experts.shape[-1]))
+    return torch.cat(parts, dim=1).long().cpu()
+
+
+def routed_columns(parts: list, width: int) -> torch.Tensor:
+    """The generate calls' routing in the rollout Batch's columns: (N, width, L, k), -1 where none was
+    recorded (padding, the last token)."""
+    rows = sum(p.shape[0] for p in parts)
+    out = torch.full((rows, width, *parts[0].shape[2:]), -1, dtype=torch.long)
+    at = 0
+    for p in parts:
+        cols = min(width, p.shape[1])
+        out[at:at + p.shape[0], :cols] = p[:, :cols]
+        at += p.shape[0]
+    return out

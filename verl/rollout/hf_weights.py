@@ -11,15 +11,36 @@ import torch
 from verl.models.lora import base_model
 
 
-def hf_named_weights(model: torch.nn.Module,
-                     skip: Optional[Callable[[str], bool]] = None) -> Iterator[tuple[str, torch.Tensor]]:
+def _conversions(model) -> bool:
+    """Whether transformers keeps `model` in memory in another layout than its checkpoint's (an MoE model's
+    experts fused in one tensor each), which save_pretrained reverts."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+    except ImportError:  # an older transformers: memory and checkpoint layouts are one
+        return False
+    return bool(getattr(model, "_weight_conversions", None) or get_model_conversion_mapping(model, add_legacy=False))
+
+
+def _checkpoint_layout(model, name: str, value: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, value) as save_pretrained writes it: transformers' own reverse conversion, one parameter at a
+    time (an MoE layer's fused experts become one tensor per expert and projection, slices of this one)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    yield from revert_weight_conversion(model, {name: value}).items()
+
+
+def hf_named_weights(model: torch.nn.Module, skip: Optional[Callable[[str], bool]] = None,
+                     checkpoint_layout: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(checkpoint name, tensor) for every parameter and persistent buffer of a causal LM (or of a
     vision-language model: `model.visual.*`, `model.language_model.*`, ... as transformers 5 saves them,
     the vision tower included), less the names `skip` is true for (a frozen vision tower,
     verl.rollout.in_process).
 
-    Names are the model's `state_dict` names (what `save_pretrained` writes). Tied
-    parameters appear once. For a peft model the LoRA deltas are merged on the fly
+    Names are the model's `state_dict` names, in the layout `save_pretrained` writes and engines load
+    (`checkpoint_layout`): an MoE model's experts, one fused tensor per layer in transformers 5's memory,
+    go as one tensor per expert and projection (`mlp.experts.3.gate_proj.weight`, Mixtral's
+    `block_sparse_moe.experts.3.w1.weight`), converted one parameter at a time; checkpoint_layout=False keeps
+    the memory layout (a copy of the same model class, the HF backend's). Tied parameters appear once. For a peft model the LoRA deltas are merged on the fly
     (W + scale * B @ A, the adapters themselves are left untouched) and peft's name
     decorations (`base_layer`, `modules_to_save.<adapter>`) are removed.
     """
@@ -35,6 +56,7 @@ def hf_named_weights(model: torch.nn.Module,
             adapters = [a for a in mod.active_adapters if a in getattr(mod, "lora_A", {})]
             if adapters:
                 deltas[f"{mod_name}.base_layer.weight"] = adapters
+    convert = checkpoint_layout and _conversions(base)
     seen: set[int] = set()
     for name, tensor in base.state_dict(keep_vars=True).items():
         if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
@@ -54,7 +76,11 @@ def hf_named_weights(model: torch.nn.Module,
             mod = base.get_submodule(name[: -len(".base_layer.weight")])
             for adapter in deltas[name]:
                 value = value + mod.get_delta_weight(adapter).to(value.dtype)
-        yield name.replace(".base_layer.", "."), value
+        name = name.replace(".base_layer.", ".")
+        if convert:
+            yield from _checkpoint_layout(base, name, value)
+        else:
+            yield name, value
 
 
 # Bytes per load call of a weight sync (vLLM's direct reload, SGLang's update_weights_from_tensor):

@@ -14,34 +14,46 @@ the chat template's turn delimiters (verl/rollout/turn_template.py) and carry re
 and log-prob 0, so they never enter a loss (nor do end-of-turn tokens the engine did not sample,
 appended after a turn that stopped on a stop string). A chat template that re-renders earlier
 turns (Qwen3, DeepSeek-R1) is named in one line when the rollout is built; the trajectory keeps
-the tokens the model saw (docs/agents.md, "Chat templates"). Every turn's generation for all live trajectories
+the tokens the model saw (docs/agents.md, "Chat templates"). A prompt's images stay with its trajectory: each
+later context holds them (the engine's unexpanded prompt ids carry the turns after them; later turns are
+text). Every turn's generation for all live trajectories
 is one batched call of the inner engine (the HF, vLLM or SGLang backend, n = 1 per row); the tool
 calls of a turn run concurrently in one bounded pool (verl.agents.ToolRunner); finished trajectories
 drop out. With `multi_turn.turn_barrier: false` a turn does not wait for every trajectory's tools:
 each engine call takes the trajectories whose tools have answered, so a slow tool delays only its
 own trajectory (the batch composition then depends on timing). A trajectory ends when a model turn makes no tool call (its final answer), the
 environment says done, `multi_turn.max_turns` model turns were taken, or
-`multi_turn.max_total_tokens` response tokens are used up (then `truncated`).
+`multi_turn.max_total_tokens` response tokens are used up (then `truncated`). With both tools and
+an environment (or real verl's interaction, verl/interactions/), a turn that calls a tool gets the
+tools' answers and a turn that calls none goes to the environment, as real verl's loop does. A row
+of the single-turn agent loop (`agent_name`, verl/agents/agent_loops.py) ends after one model turn.
+
+Each trajectory keeps its conversation in chat form (`ToolContext.messages`: the row's prompt
+messages, then {"role": "assistant" | "tool" | "user", "content": text} per turn) for the tools
+that take a context (real verl's tool classes) and for interactions.
 
 Per sample, `extra` gains: "turns" (role, text, and for tools name/ok, per turn, in order),
 "turn_spans" ([start, end) response positions and role of each turn), "num_turns",
-"num_tool_calls", "tool_errors" and, with an environment, "env_reward" (the sum of its step
-rewards; the `environment` reward type scores it).
+"num_tool_calls", "tool_errors", "tool_rewards" (the step rewards tools gave, in order) and, with an
+environment, "env_reward" (the sum of its step rewards; the `environment` reward type scores it).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from verl.agents.agent_loops import MULTI_TURN, row_agent
 from verl.agents.environment import as_step_result
 from verl.agents.parsing import parse_tool_calls
-from verl.agents.tools import ToolRunner
+from verl.agents.tools import ToolContext, ToolRunner
 from verl.batch import Batch
 from verl.errors import ConfigError
 from verl.rollout.base import RolloutEngine, SamplingParams
@@ -72,6 +84,9 @@ class Trajectory:
     pending_text: str = ""  # the last model turn's text, for the tool parser / the environment
     last_cut: bool = False  # the last model turn stopped on its token budget
     env: object = None
+    context: Optional[ToolContext] = None  # the conversation and the row, for contextual tools / interactions
+    tool_rewards: list = field(default_factory=list)  # step rewards the tools gave
+    single: bool = False  # a row of the single-turn agent loop: one model turn
     done: bool = False
     truncated: bool = False
 
@@ -92,7 +107,8 @@ class MultiTurnRollout(RolloutEngine):
         self.turns = TurnTemplate(tokenizer, chat, template_kwargs)  # data.chat_template_kwargs, as the prompt's
         self.environment_cls = environment
         self.runner = ToolRunner(list(tools), timeout_s=self.cfg.tool_timeout_s, max_workers=self.cfg.tool_workers,
-                                 max_output_chars=self.cfg.max_tool_output_chars) if tools else None
+                                 max_output_chars=self.cfg.max_tool_output_chars,
+                                 keep=self.cfg.tool_output_keep) if tools else None
         self._metrics: dict = {}
 
     # The inner engine's weights are the actor's: sync, sleep and wake pass through.
@@ -114,14 +130,32 @@ class MultiTurnRollout(RolloutEngine):
     # ------------------------------------------------------------------ rollout
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
         rows = prompts.repeat(sampling.n)
-        trajs = [Trajectory(row=i) for i in range(len(rows))]
+        trajs = [self._trajectory(rows, i) for i in range(len(rows))]
+        try:
+            return self._generate(rows, trajs, sampling)
+        finally:
+            self._close_environments(trajs)
+
+    def _trajectory(self, rows: Batch, i: int) -> Trajectory:
+        """Trajectory `i`: its agent loop and its context (conversation seeded with the row's prompt)."""
+        extra = rows.extra[i] if rows.extra else {}
+        t = Trajectory(row=i, single=row_agent(extra, self.cfg.default_agent) != MULTI_TURN)
+        prompt = rows.raw_prompt[i] if rows.raw_prompt else (rows.prompt_text[i] if rows.prompt_text else "")
+        messages = [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        t.context = ToolContext(request_id=uuid.uuid4().hex, sample=_sample_of(rows, i), messages=messages,
+                                tools_kwargs=dict(extra.get("tools_kwargs") or {}),
+                                interaction_kwargs=dict(extra.get("interaction_kwargs") or {}))
+        t.context.sample["messages"] = t.context.messages
+        return t
+
+    def _generate(self, rows: Batch, trajs: list, sampling: SamplingParams) -> Batch:
         if self.environment_cls is not None:
-            self._reset_environments(rows, trajs)
+            self._reset_environments(rows, [t for t in trajs if not t.single])
         turn_sampling = copy.copy(sampling)
         turn_sampling.n = 1
         turn_sampling.log_probs = True  # each trajectory carries its turns' engine log-probs, whoever asks
         end = CALL_END.get(self.cfg.tool_format)
-        if self.runner is not None and end and end not in sampling.stop:
+        if self.runner is not None and self.cfg.stop_at_tool_call and end and end not in sampling.stop:
             turn_sampling.stop = list(sampling.stop) + [end]
         latencies, per_tool = [], Counter()
         if self.runner is not None and self.environment_cls is None and not self.cfg.turn_barrier:
@@ -138,6 +172,18 @@ class MultiTurnRollout(RolloutEngine):
         self._metrics = self._summarize(trajs, latencies, per_tool)
         return batch
 
+    @staticmethod
+    def _close_environments(trajs: list) -> None:
+        """Environment.close() of every trajectory's environment (one that raises is logged, not fatal)."""
+        for t in trajs:
+            if t.env is None:
+                continue
+            try:
+                t.env.close()
+            except Exception as exc:  # noqa: BLE001 - the rollout is over; a failing close loses nothing
+                logger.warning("verl: rollout environment close() raised: %s: %s", type(exc).__name__, exc)
+            t.env = None
+
     def _reset_environments(self, rows: Batch, trajs: list) -> None:
         """A fresh environment per trajectory and its first observation. One whose reset() raises ends
         its own trajectory before any model turn (an empty response, no loss), with a warning line; when
@@ -146,7 +192,7 @@ class MultiTurnRollout(RolloutEngine):
         failed = []
         for t in trajs:
             t.env = self.environment_cls()
-            sample = _sample_of(rows, t.row)
+            sample = t.context.sample
             t.env_calls += 1
             try:
                 first = t.env.reset(sample)
@@ -181,23 +227,32 @@ class MultiTurnRollout(RolloutEngine):
             t.model_turns += 1
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             t.turns.append({"role": "assistant", "text": text})
+            t.context.messages.append({"role": "assistant", "content": text})
             t.last_cut = bool(out.truncated[k]) or (n >= step.max_new_tokens and (not ids or ids[-1] != eos))
             if len(t.ids) >= self.cfg.max_total_tokens:
                 t.done = t.truncated = True
+            elif t.single:
+                t.done, t.truncated = True, t.last_cut
             t.pending_text = text
 
     def _answer_turn(self, live: list, latencies: list, per_tool: Counter) -> None:
-        """Tool results (all calls of this turn, concurrently) or environment observations."""
-        if self.environment_cls is not None:
+        """Tool results (all calls of this turn, concurrently) and environment observations: with tools, a
+        turn that calls one gets the tools' answers; a turn without a call goes to the environment."""
+        env = self.environment_cls is not None
+        if self.runner is None:
             for t in live:
                 self._environment_step(t)
             return
-        calls, owners, notes = [], [], {}
+        calls, owners, notes, to_env = [], [], {}, []
         for t in live:
-            mine, notes[id(t)] = self._calls_of(t)
+            mine, notes[id(t)] = self._calls_of(t, final_without_call=not env)
+            if env and not mine and not notes[id(t)]:
+                to_env.append(t)
             calls += mine
             owners += [t] * len(mine)
-        results = self.runner.run(calls) if calls else []
+        for t in to_env:
+            self._environment_step(t)
+        results = self.runner.run(calls, [t.context for t in owners]) if calls else []
         answers: dict = defaultdict(list)
         for call, t, res in zip(calls, owners, results):
             answers[id(t)].append((call, res))
@@ -205,13 +260,17 @@ class MultiTurnRollout(RolloutEngine):
             if not t.done:
                 self._deliver(t, answers[id(t)], notes[id(t)], latencies, per_tool)
 
-    def _calls_of(self, t: Trajectory) -> tuple[list, list]:
+    def _calls_of(self, t: Trajectory, final_without_call: bool = True) -> tuple[list, list]:
         """The tool calls of `t`'s last model turn to run, and the error notes for those that cannot
-        run; a turn without any call is the final answer (t.done set)."""
+        run; a turn without any call is the final answer (t.done set) unless `final_without_call` is
+        false (an environment answers it). Calls past multi_turn.max_calls_per_turn are not run."""
         parsed = parse_tool_calls(t.pending_text, self.cfg.tool_format, self.cfg.tool_call_pattern)
         if not parsed.calls and not parsed.errors:
-            t.done, t.truncated = True, t.last_cut  # no call: the final answer (cut if it ran out of tokens)
+            if final_without_call:
+                t.done, t.truncated = True, t.last_cut  # no call: the final answer (cut if it ran out of tokens)
             return [], []
+        if self.cfg.max_calls_per_turn is not None:
+            parsed.calls = parsed.calls[: self.cfg.max_calls_per_turn]
         calls, notes = [], []
         for err in parsed.errors:
             notes.append(err if err.startswith("error") else f"error: {err}")
@@ -233,9 +292,13 @@ class MultiTurnRollout(RolloutEngine):
             latencies.append(r.seconds)
             per_tool[c.name] += 1
             t.tool_errors += not r.ok
+            if r.reward is not None:
+                t.tool_rewards.append(r.reward)
             t.turns.append({"role": "tool", "name": c.name, "text": r.text, "ok": r.ok})
         for note in notes:
             t.turns.append({"role": "tool", "name": None, "text": note, "ok": False})
+        t.context.messages.extend({"role": "tool", "content": r.text} for _, r in answered)
+        t.context.messages.extend({"role": "tool", "content": note} for note in notes)
         if t.model_turns >= self.cfg.max_turns:
             t.done = True  # the last model turn gets no answer
             return
@@ -262,7 +325,7 @@ class MultiTurnRollout(RolloutEngine):
                             continue
                         calls, notes = self._calls_of(t)
                         if calls:
-                            pending[pool.submit(self.runner.run, calls)] = (t, calls, notes)
+                            pending[pool.submit(self.runner.run, calls, [t.context] * len(calls))] = (t, calls, notes)
                         elif not t.done:  # only notes (broken calls): answered at once
                             self._deliver(t, [], notes, latencies, per_tool)
                     ready = [t for t in ready if not t.done and not any(o is t for o, _, _ in pending.values())]
@@ -295,6 +358,7 @@ class MultiTurnRollout(RolloutEngine):
             return
         t.env_reward += reward
         t.turns.append({"role": "environment", "text": result.observation, "reward": reward})
+        t.context.messages.append({"role": "user", "content": result.observation})
         if result.done or t.model_turns >= self.cfg.max_turns:
             t.done = True
             return
@@ -335,7 +399,7 @@ class MultiTurnRollout(RolloutEngine):
         for i, t in enumerate(trajs):
             e = dict(rows.extra[i]) if rows.extra else {}
             e.update(turns=t.turns, turn_spans=t.spans, num_turns=t.model_turns, num_tool_calls=t.tool_calls,
-                     tool_errors=t.tool_errors)
+                     tool_errors=t.tool_errors, tool_rewards=list(t.tool_rewards))
             if self.environment_cls is not None:
                 e["env_reward"] = t.env_reward
             extra.append(e)
@@ -362,6 +426,9 @@ class MultiTurnRollout(RolloutEngine):
             m["agent/tool_latency_s_max"] = max(latencies)
         for name, count in per_tool.items():
             m[f"agent/tool_calls/{name}"] = count / n
+        rewards = [r for t in trajs for r in t.tool_rewards]
+        if rewards:
+            m["agent/tool_reward_mean"] = sum(rewards) / len(rewards)
         if self.environment_cls is not None:
             m["agent/env_reward_mean"] = sum(t.env_reward for t in trajs) / n
             # reset() and step() calls that raised / all of them (a rate in [0, 1])
@@ -386,17 +453,54 @@ def _contexts(rows: Batch, live: list, tokenizer) -> Batch:
     ids, att = left_padded(seqs, pad_id(tokenizer))
     pick = [t.row for t in live]
     sub = rows.select(pick)
+    if sub.multi_modal:  # a row with images: the engine's unexpanded prompt ids go on with the turns too
+        sub = sub.replace(multi_modal=[mm if mm is None else dataclasses.replace(
+            mm, engine_prompt_ids=tuple(mm.engine_prompt_ids) + tuple(t.ids)) for mm, t in zip(sub.multi_modal, live)])
     return sub.replace(input_ids=ids, attention_mask=att, position_ids=None)
 
 
 def build_multi_turn(engine: RolloutEngine, tokenizer, config) -> MultiTurnRollout:
     """The multi-turn wrapper `config.rollout` asks for, around `engine`."""
     from verl.agents.environment import load_environment
-    from verl.agents.tools import load_tools
     from verl.data.prompts import uses_chat_template
 
     r = config.rollout
-    tools = load_tools(r.tools) if r.tools else []
+    tools = rollout_tools(r)
     env = load_environment(r.environment) if r.environment else None
+    if r.interaction_config:
+        from verl.interactions.interaction_config import interaction_environment
+
+        env = interaction_environment(r.interaction_config)
     return MultiTurnRollout(engine, tokenizer, r, chat=uses_chat_template(tokenizer, config.data), tools=tools,
                             environment=env, template_kwargs=config.data.chat_template_kwargs)
+
+
+def rollout_tools(rollout_cfg) -> list:
+    """The Tools of `rollout.tools` (functions) and `rollout.tool_config` (real verl's tool classes,
+    verl/tools/tool_config.py); ConfigError for a bad spec or file, or one name given twice."""
+    from verl.agents.tools import load_tools
+
+    tools = load_tools(rollout_cfg.tools) if rollout_cfg.tools else []
+    if rollout_cfg.tool_config:
+        from verl.tools.tool_config import load_tool_config
+
+        names = {t.name for t in tools}
+        for tool in load_tool_config(rollout_cfg.tool_config):
+            if tool.name in names:
+                raise ConfigError(f"rollout.tool_config: the tool '{tool.name}' of '{rollout_cfg.tool_config}' has "
+                                  "the name of one of rollout.tools; tool names must be unique")
+            tools.append(tool)
+    return tools
+
+
+def agent_tool_schemas(rollout_cfg) -> list | None:
+    """JSON schemas of rollout.tools and rollout.tool_config for the chat template (None without tools);
+    loading them (and rollout.interaction_config's classes) before any model loads makes a bad tool spec
+    or file fail in seconds."""
+    if rollout_cfg.interaction_config:
+        from verl.interactions.interaction_config import load_interactions
+
+        load_interactions(rollout_cfg.interaction_config)
+    if not (rollout_cfg.tools or rollout_cfg.tool_config):
+        return None
+    return [tool.schema for tool in rollout_tools(rollout_cfg)]

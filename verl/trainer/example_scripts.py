@@ -2,6 +2,10 @@
 
     python -m verl.trainer.example_scripts           # run them all, print the table
     python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
+    python -m verl.trainer.example_scripts --only lora --only pfppo   # the scripts whose name has one (no --write)
+
+A script that trains a mixture-of-experts model (Qwen3-30B-A3B, Qwen1.5-MoE, DeepSeek-V3, ... by its
+model path, or by its name where the path came from a shell variable: `moe_family`) runs on the tiny random MoE of its family instead (verl/models/tiny.py).
 
 `verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
@@ -10,10 +14,13 @@ folder; for a vision-language script, one that sets data.image_key, the tiny ran
 verl/models/tiny_vl.py), the data (two-row parquet files in real verl's GSM8K layout; MATH, DAPO-Math and
 AIME layouts for files of those names; geo3k rows with a PNG image each for a vision-language script),
 the sizes (batch 2, mini-batch 2, micro-batch 2, rollout.n <= 2, prompts <= 64 tokens (256 with an image) and
-responses 4 tokens, one device) and the steps (one); further, generation runs on `hf` when vLLM
+responses 4 tokens, one device) and the steps (one); a saved LoRA adapter a script starts from (lora_adapter_path)
+is one saved on the stand-in model (rank 8, all-linear); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
-scratch folder, and files inside real verl's tree that a script reads (a custom reward file) are
-stand-ins with the same function signature. Each script then either trains a step ("trains a
+scratch folder, and files inside real verl's tree that a script reads (a custom reward file, a dataset
+class, a sampler module named pkg://tests...: verl/trainer/example_stand_ins.py) are stand-ins with the
+same names and signatures; a relative data.custom_cls.path and a pkg:// sampler are read from that tree, as
+the script runs in its root. Each script then either trains a step ("trains a
 step"), or is refused with the one line main_ppo prints. tests/test_main_ppo.py translates
 every script and trains a representative few, and checks the table against the outcome.
 """
@@ -52,6 +59,7 @@ VISION_SIZES = {"data.max_prompt_length": "256"}
 VISION_FAMILY = "qwen2_5_vl"  # the stand-in of a vision-language script's model (verl/models/tiny_vl.py)
 ALWAYS = ("data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
           "actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.total_training_steps", "trainer.n_gpus_per_node")
+ADAPTER_KEYS = ("actor_rollout_ref.model.lora_adapter_path", "actor_rollout_ref.model.lora.adapter_path")
 MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
               "reward.reward_model.model_path", "critic.model.tokenizer_path", "data.tokenizer")
 STAND_IN_REWARD = '''def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -127,11 +135,25 @@ def geo3k_row(i: int) -> dict:
             "extra_info": {"split": "train", "index": i, "answer": str(i + 3), "question": problem}}
 
 
-def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
+def with_tool_agent(row: dict, content: str) -> dict:
+    """`row` as real verl's examples/data_preprocess/gsm8k_tool_agent_loop.py writes it for its
+    multi-turn scripts: agent_name tool_agent (so real verl runs its tool agent loop on the row), the
+    answer-checking tools' create_kwargs and the GSM8K interaction's kwargs, both with the ground truth."""
+    truth = row["reward_model"]["ground_truth"]
+    create = {"create_kwargs": {"ground_truth": truth}}
+    row["agent_name"] = "tool_agent"
+    row["extra_info"] = {**row["extra_info"], "need_tools_kwargs": True,
+                         "tools_kwargs": {"calc_gsm8k_reward": create, "calc_geo3k_reward": create},
+                         "interaction_kwargs": {"name": "gsm8k", "query": content, "ground_truth": truth}}
+    return row
+
+
+def write_rows(path: str, kind: str, n: int = 2, start: int = 0, tool_agent: bool = False) -> str:
     """`n` rows in real verl's preprocessed layout: kind gsm8k (examples/data_preprocess/gsm8k.py),
     math (math_dataset.py: DigitalLearningGmbH/MATH-lighteval, \\boxed{} answers), dapo (DAPO-Math-17k:
     data_source math_dapo, 'Answer:' answers), aime (the same, data_source aime_2024) or geo3k
-    (geo3k.py: hiyouga/geometry3k with one PNG image per row)."""
+    (geo3k.py: hiyouga/geometry3k with one PNG image per row); `tool_agent`: for a multi-turn script
+    (with_tool_agent)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -157,6 +179,8 @@ def write_rows(path: str, kind: str, n: int = 2, start: int = 0) -> str:
                          "prompt": [{"role": "user", "content": content}],
                          "reward_model": {"style": "rule", "ground_truth": str(i + 2)},
                          "extra_info": {"split": "train", "index": i}})
+        if tool_agent:
+            with_tool_agent(rows[-1], rows[-1]["prompt"][-1]["content"])
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -170,9 +194,9 @@ def _engine_runs(module: str) -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec(module) is not None
 
 
-def _data_value(raw: str, split: str, work: str, vision: bool = False) -> str:
+def _data_value(raw: str, split: str, work: str, vision: bool = False, tool_agent: bool = False) -> str:
     """The script's file (or list of files) -> tiny parquet files of the same kinds, in that order
-    (a vision-language script's: geo3k rows with images)."""
+    (a vision-language script's: geo3k rows with images; a multi-turn script's: with_tool_agent rows)."""
     import yaml
 
     try:
@@ -185,16 +209,40 @@ def _data_value(raw: str, split: str, work: str, vision: bool = False) -> str:
         name = str(f).lower()
         kind = ("geo3k" if vision else "aime" if "aime" in name else "dapo" if "dapo" in name else
                 "math" if "math" in name and "gsm8k" not in name else "gsm8k")
-        path = os.path.join(work, f"{split}_{i}_{kind}.parquet")
+        path = os.path.join(work, f"{split}_{i}_{kind}{'_tools' if tool_agent else ''}.parquet")
         if not os.path.exists(path):
-            write_rows(path, kind, start=100 if split == "val" else 0)
+            write_rows(path, kind, start=100 if split == "val" else 0, tool_agent=tool_agent)
         out.append(path)
     return str(out) if isinstance(value, list) else out[0]
 
 
 def is_vision(script: Script) -> bool:
-    """A vision-language script: it names an image column (data.image_key), as real verl's geo3k ones do."""
-    return any(a.lstrip("+").startswith("data.image_key=") for a in script.args)
+    """A vision-language script: it names an image column (data.image_key), as real verl's geo3k ones do, or
+    trains a vision-language model (a '-VL-' model path)."""
+    return any(a.lstrip("+").startswith("data.image_key=") or (a.startswith("actor_rollout_ref.model.path=")
+                                                               and "-VL-" in a) for a in script.args)
+
+
+MOE_NAMES = re.compile(r"moe|[-_]a\d+(\.\d+)?b(?![a-z0-9])|mixtral|deepseek-v3|moonlight|gpt-oss|olmoe", re.IGNORECASE)
+
+
+def moe_family(script: Script) -> str:
+    """The tiny MoE stand-in of a script that trains a mixture-of-experts model ('' for a dense one): Qwen2-MoE
+    for Qwen1.5/Qwen2-MoE, Mixtral for Mixtral, OLMoE for OLMoE, Qwen3-MoE for the others (Qwen3-30B-A3B,
+    DeepSeek-V3, Moonlight, gpt-oss: MoE decoders of families not built in here)."""
+    path = next((a.split("=", 1)[1] for a in script.args if a.startswith("actor_rollout_ref.model.path=")), "")
+    path = path or script.name  # a path from a shell variable the arguments lost: the script's own name says it
+    if not MOE_NAMES.search(path):
+        return ""
+    low = path.lower()
+    return ("qwen2_moe" if "qwen1.5-moe" in low or "qwen2-moe" in low else "mixtral" if "mixtral" in low else
+            "olmoe" if "olmoe" in low else "qwen3_moe")
+
+
+def is_multi_turn(script: Script) -> bool:
+    """A multi-turn script: it names real verl's tool or interaction file."""
+    return any(a.split("=", 1)[0].endswith(("multi_turn.tool_config_path", "multi_turn.interaction_config_path"))
+               for a in script.args)
 
 
 def tiny_args(script: Script, work: str, model: str, root: str, vision_model: str = "") -> list[str]:
@@ -202,6 +250,11 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
     this run's scratch folder, `root` stands for real verl's tree (provide_files). A vision-language
     script (is_vision) runs on `vision_model` with geo3k rows, when one is given."""
     vision = bool(vision_model) and is_vision(script)
+    tool_agent = is_multi_turn(script)
+    if not vision and moe_family(script):  # a mixture-of-experts script trains the tiny MoE of its family
+        from verl.models.tiny import tiny_model_path
+
+        model = tiny_model_path(moe_family(script))
     model = vision_model if vision else model
     sizes = {**SIZES, **(VISION_SIZES if vision else {})}
     args, seen = [], set()
@@ -214,9 +267,11 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
         key = raw_key.lstrip("+")
         seen.add(key)
         if key in ("data.train_files", "data.val_files"):
-            value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision)
+            value = _data_value(value, "train" if key == "data.train_files" else "val", work, vision, tool_agent)
         elif key in MODEL_KEYS:
             value = model
+        elif key in ADAPTER_KEYS and value not in ("null", "None", ""):
+            value = stand_in_adapter(model, os.path.dirname(root))
         elif key in sizes:
             value = sizes[key]
         elif key == "actor_rollout_ref.rollout.n":
@@ -227,9 +282,15 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
             value = "['console']"
         elif key == "trainer.default_local_dir":
             value = os.path.join(work, "out")
+        elif key == "data.custom_cls.path" and not os.path.isabs(value):  # the script runs in real verl's root
+            value = os.path.join(root, value)
+        elif key == "data.sampler.class_path" and value.startswith("pkg://"):  # a module of real verl's tree
+            value = os.path.join(root, *value[len("pkg://"):].replace("/", ".").split(".")) + ".py"
         args.append(f"{raw_key}={value}")
     if "data.train_files" not in seen:
-        args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision)}")
+        args.append(f"data.train_files={_data_value('gsm8k', 'train', work, vision, tool_agent)}")
+    if "actor_rollout_ref.model.path" not in seen:  # real verl's default model, replaced as a given one is
+        args.append(f"actor_rollout_ref.model.path={model}")
     args += [f"{k}={sizes[k]}" for k in ALWAYS if k not in seen]
     for k, v in (("trainer.default_local_dir", os.path.join(work, "out")), ("trainer.logger", "['console']"),
                  ("trainer.device", "cpu")):
@@ -238,20 +299,42 @@ def tiny_args(script: Script, work: str, model: str, root: str, vision_model: st
     return args
 
 
+def stand_in_adapter(model: str, work: str) -> str:
+    """A peft LoRA adapter (rank 8, all-linear) saved on `model` in `work` (once): a script's saved adapter."""
+    folder = os.path.join(work, "stand_in_lora_adapter_" + os.path.basename(model.rstrip("/")))
+    if not os.path.exists(os.path.join(folder, "adapter_config.json")):
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(model),
+                                    LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+        peft_model.save_pretrained(folder)
+    return folder
+
+
 def provide_files(examples: Examples, root: str) -> None:
-    """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards."""
+    """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards,
+    dataset classes and samplers (verl/trainer/example_stand_ins.py)."""
+    from verl.trainer import example_stand_ins as stand_ins
+
+    texts: dict[str, str] = {}  # path -> its text (retool.py holds both a reward and a dataset class)
     for rel, text in examples.files.items():
-        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-        with open(os.path.join(root, rel), "w", encoding="utf-8") as fh:
-            fh.write(text)
+        texts[os.path.join(root, rel)] = text
     for script in examples.scripts:
         for arg in script.args:
             key, _, value = arg.partition("=")
-            if key.lstrip("+").endswith("custom_reward_function.path") and "{real_verl}" in value:
-                path = value.replace("{real_verl}", root)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(STAND_IN_REWARD)
+            key = key.lstrip("+")
+            rel = value.replace("{real_verl}/", "")
+            if key.endswith("custom_reward_function.path") and "{real_verl}" in value:
+                texts[os.path.join(root, rel)] = STAND_IN_REWARD + texts.get(os.path.join(root, rel), "")
+            elif key == "data.custom_cls.path" and rel in stand_ins.DATASETS:
+                texts[os.path.join(root, rel)] = texts.get(os.path.join(root, rel), "") + stand_ins.DATASETS[rel]
+    for module, text in stand_ins.MODULES.items():
+        texts[os.path.join(root, *module.split(".")) + ".py"] = text
+    for path, text in texts.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +344,31 @@ def provide_files(examples: Examples, root: str) -> None:
 
 def outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     """TRAINS, or the one line main_ppo refuses the script with (scratch paths shown as <tmp>).
-    train=False stops after the translation and all checks (nothing loads, nothing trains)."""
+    train=False stops after the translation and all checks (the model's config.json is read, no weights load,
+    nothing trains). The script runs as from real verl's root: modules of its tree (a tool class its tool file
+    names, recipe.retool.retool...) import, as `python3 -m` puts the working directory on the path."""
+    root = os.path.join(work, "real_verl")
+    sys.path.insert(0, root)
+    try:
+        return _outcome(script, work, model, train, vision_model)
+    finally:
+        sys.path.remove(root)
+        for name in [m for m, mod in list(sys.modules.items()) if _inside(mod, root)]:
+            del sys.modules[name]  # the next script's tree may be another folder
+
+
+def _inside(module, root: str) -> bool:
+    """A module imported from `root` (a file there, or a namespace package whose path is there)."""
+    own = getattr(module, "__dict__", {})  # not getattr: a lazy module would import on a missing name
+    paths = [own.get("__file__")]
+    try:
+        paths += list(own.get("__path__") or [])
+    except TypeError:  # a module whose __path__ is not a list of folders (torch's _classes)
+        pass
+    return any(isinstance(p, str) and p.startswith(root) for p in paths)
+
+
+def _outcome(script: Script, work: str, model: str, train: bool, vision_model: str = "") -> str:
     from verl.compat.translate import load_translated, translate
     from verl.errors import ConfigError
     from verl.trainer.main_ppo import main
@@ -269,10 +376,15 @@ def outcome(script: Script, work: str, model: str, train: bool, vision_model: st
     run_dir = tempfile.mkdtemp(dir=work)
     args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
+        from verl.models.loading import check_context_length
+        from verl.rollout.multi_turn import agent_tool_schemas
+
         try:
-            load_translated(translate(args))
+            cfg = load_translated(translate(args))
+            check_context_length(cfg)  # the model's config.json, no weights
+            agent_tool_schemas(cfg.rollout)  # tool and interaction files, their classes built
         except ConfigError as exc:
-            return _scrub(str(exc), run_dir, work)
+            return _scrub(str(exc), run_dir, work, models=(model, vision_model))
         return TRAINS
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -281,10 +393,13 @@ def outcome(script: Script, work: str, model: str, train: bool, vision_model: st
         metrics = os.path.join(run_dir, "out", "metrics.jsonl")
         return TRAINS if os.path.exists(metrics) else f"exit 0 without metrics ({metrics})"
     errors = [line[len("error: "):] for line in err.getvalue().splitlines() if line.startswith("error: ")]
-    return _scrub(errors[-1] if errors else f"exit code {rc}", run_dir, work)
+    return _scrub(errors[-1] if errors else f"exit code {rc}", run_dir, work, models=(model, vision_model))
 
 
-def _scrub(text: str, *dirs: str) -> str:
+def _scrub(text: str, *dirs: str, models: tuple = ()) -> str:
+    """`text` without this machine's paths: the scratch folders as <tmp>, the stand-in models as <tiny model>."""
+    for m in models:
+        text = text.replace(m, "<tiny model>") if m else text
     for d in dirs:
         text = text.replace(d, "<tmp>")
     return re.sub(r"<tmp>/tmp[\w]+", "<tmp>", text)
@@ -341,8 +456,22 @@ def write(results: dict[str, str], path: str = DOC) -> None:
     replace_between(path, BEGIN, END, render_table(results))
 
 
+def _only(argv: list[str]):
+    """The script names `--only SUBSTRING` (repeatable) selects, or None (all)."""
+    wanted = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--only"]
+    if not wanted:
+        return None
+    return {s.name for s in load().scripts if any(w in s.name for w in wanted)}
+
+
 if __name__ == "__main__":
-    found = run_all(train=True)
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(__doc__.split("`verl/compat/", 1)[0].rstrip())
+        sys.exit(0)
+    selected = _only(sys.argv[1:])
+    if selected is not None and "--write" in sys.argv[1:]:
+        sys.exit("--write rewrites the whole table: run it without --only")
+    found = run_all(train=True, names=selected)
     if "--write" in sys.argv[1:]:
         write(found)
-    print(render_table(found))
+    print(render_table(found) if selected is None else "\n".join(f"| `{k}` | {v} |" for k, v in found.items()))

@@ -210,7 +210,7 @@ class Work:
 
     dtype: str  # model.dtype, resolved
     lora_rank: int  # model.lora.rank (0: full fine-tuning)
-    mixed_precision: str  # autocast | param_copy
+    mixed_precision: str  # autocast | param_copy | pure
     offload_optimizer: bool
     offload_idle_models: bool
     kl: bool  # the algorithm keeps a reference model (KL in the reward or the loss)
@@ -283,6 +283,9 @@ def held_bytes(f: ModelFacts, w: Work, first_step: bool = False) -> Stage:
     if w.lora:
         s.weights = w.a * f.params + 4 * w.lora_params(f)
         s.optimizer = 0 if first_step or w.offload_optimizer else 8 * w.lora_params(f)
+    elif w.mixed_precision == "pure":  # the weights and AdamW's two moments in model.dtype, no float32 master
+        s.weights = w.a * f.params
+        s.optimizer = 0 if first_step or w.offload_optimizer else 2 * w.a * f.params
     else:
         s.weights = 4 * f.params + (w.a * f.params if w.mixed_precision == "param_copy" and w.a < 4 else 0)
         s.optimizer = 0 if first_step or w.offload_optimizer else 8 * f.params
@@ -332,6 +335,9 @@ def update_fixed(f: ModelFacts, w: Work, first_step: bool = False) -> Stage:
     s = held_bytes(f, w, first_step)
     trained = w.lora_params(f) if w.lora else f.params
     s.name = "update"
+    if not w.lora and w.mixed_precision == "pure":  # model.dtype gradients and moments
+        s.grads, s.optimizer = w.a * f.params, 2 * w.a * f.params
+        return s
     s.grads = 4 * trained + (w.a * f.params if not w.lora and w.mixed_precision == "param_copy" and w.a < 4 else 0)
     s.optimizer = 8 * trained
     if w.a < 4 and (w.lora or w.mixed_precision == "autocast"):
@@ -358,7 +364,7 @@ def per_token(f: ModelFacts, w: Work) -> int:
                     compiled layer (model.torch_compile) keeps gate and up and recomputes the
                     pointwise rest in the backward (m = 2); r H: the residual stream and norm
                     statistics, 4 vectors in float32 (r = 16) under autocast, in model.dtype
-                    with param_copy (r = 4 a)
+                    with param_copy or pure (r = 4 a)
         per token = (L + 1) layer, or L x 4 H + 2 layer with gradient checkpointing (each
                     layer's float32 input kept, one layer recomputed with its backward)
 
@@ -366,7 +372,7 @@ def per_token(f: ModelFacts, w: Work) -> int:
     (`kept_logits_bytes`)."""
     s = f.shape
     kv = f.kv_per_token // (2 * s.layers)
-    residual = 4 * w.a if w.mixed_precision == "param_copy" and not w.lora else 16
+    residual = 4 * w.a if w.mixed_precision in ("param_copy", "pure") and not w.lora else 16
     layer = w.a * (6 * s.hidden + 2 * kv + (2 if w.compiled else 4) * s.intermediate) + residual * s.hidden
     return s.layers * 4 * s.hidden + 2 * layer if w.checkpointing else (s.layers + 1) * layer
 

@@ -22,6 +22,7 @@ from verl.algorithms.kl import build_kl_controller
 from verl.algorithms.off_policy import engine_kl
 from verl.algorithms.masked import masked_mean
 from verl.algorithms.off_policy import correct, correction_spec
+from verl.algorithms.pf_ppo import pf_ppo_indices
 from verl.backends import build_backend
 from verl.batch import Batch
 from verl.checkpoint.full_state import RunState
@@ -30,6 +31,7 @@ from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
+from verl.rollout.multi_turn import agent_tool_schemas
 from verl.signals import Interrupted
 from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
@@ -63,7 +65,7 @@ class Trainer:
                                         m.trust_remote_code, m.gguf_file)
         check_context_length(cfg)  # prompt + response tokens fit the model's positions (before weights load)
         # Tools, data and reward functions before the models: a bad tool, row or reward fails in seconds.
-        self.tool_schemas = _tool_schemas(cfg.rollout.tools)
+        self.tool_schemas = agent_tool_schemas(cfg.rollout)
         self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer, self.inputs.train_rows,
                                                               self.inputs.val_rows, tools=self.tool_schemas)
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
@@ -119,9 +121,11 @@ class Trainer:
         self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
         score_mask = self.correct_rollout(batch)                          # rejection, importance weights
-        self.compute_advantages(batch, score_mask)                        # 4.
+        batch = self.compute_advantages(batch, score_mask)                # 4. (pf_ppo: a resampled batch)
+        experience.batch = batch  # the step's metrics are of the batch trained on, as real verl's
         self.update_critic(batch)                                         # 5.
         self.update_actor(batch)                                          # 6.
+        self.train_data.after_step(batch, self.global_step + 1)           # a curriculum sampler's update(batch)
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
         # the adaptive coefficient steers the KL the reward was penalised with (when it is)
         measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
@@ -195,9 +199,17 @@ class Trainer:
         return before
 
     @stage("advantages")
-    def compute_advantages(self, batch: Batch, score_mask=None) -> None:
-        _, self._parts["advantages"] = add_advantages(batch, self.config.algorithm, self.kl_ctrl.value,
-                                                      self.reward_weights, score_mask=score_mask)
+    def compute_advantages(self, batch: Batch, score_mask=None) -> Batch:
+        """Fills the batch's rewards, advantages and returns; returns the batch the update trains on: this one,
+        or with algorithm.pf_ppo its rows resampled by their scores (verl/algorithms/pf_ppo.py)."""
+        a = self.config.algorithm
+        _, self._parts["advantages"] = add_advantages(batch, a, self.kl_ctrl.value, self.reward_weights,
+                                                      score_mask=score_mask)
+        if not a.pf_ppo.enable:
+            return batch
+        index = pf_ppo_indices(batch.token_level_scores.sum(dim=1), a.pf_ppo.reweight_method, a.pf_ppo.weight_pow)
+        self._parts["advantages"]["pf_ppo/unique_samples"] = float(len(set(index.tolist())))
+        return batch.select(index)
 
     @stage("update_critic")
     def update_critic(self, batch: Batch) -> None:
@@ -261,16 +273,6 @@ class Trainer:
         from verl.checkpoint.model_files import save_hf_model
 
         return save_hf_model(self.actor.model, self.tokenizer, path)
-
-
-def _tool_schemas(specs: list) -> list | None:
-    """JSON schemas of rollout.tools for the chat template (None without tools); loading them here
-    makes a bad tool spec fail before any model loads."""
-    if not specs:
-        return None
-    from verl.agents.tools import load_tools
-
-    return [tool.schema for tool in load_tools(specs)]
 
 
 def create_trainer(config: Config | str, *, reward_funcs=None, reward_weights=None, train_dataset=None,

@@ -43,7 +43,7 @@ class Validator:
         if val_rows:
             self.loader = PromptLoader(val_rows, tokenizer, cfg.data,
                                        batch_size=max(cfg.training.batch_size * cfg.rollout.n, 8), seed=cfg.seed, shuffle=False,
-                                       tools=tool_schemas,
+                                       tools=tool_schemas, default_agent=cfg.rollout.multi_turn.default_agent,
                                        name="validation")
 
     @property

@@ -3,7 +3,8 @@
 `actor.model` is a plain Hugging Face causal LM (the seed calls `.generate` on it), or a
 peft PeftModel of one with `model.lora.rank > 0` (`.generate` works the same).
 Parameters are fp32 master weights; `model.dtype: bfloat16` runs forwards under autocast,
-or with `model.mixed_precision: param_copy` on a bf16 copy of them (`verl.workers.param_copy`).
+or with `model.mixed_precision: param_copy` on a bf16 copy of them (`verl.workers.param_copy`);
+`model.mixed_precision: pure` holds and steps the weights in bf16 with no fp32 master.
 With LoRA the frozen base stays in `model.dtype` and only the float32 adapters train.
 Memory/speed switches (each with a plain fallback): `training.use_packed_samples`
 (`verl.workers.packing`), `training.max_tokens_per_micro_batch`, `training.offload_optimizer`
@@ -23,6 +24,8 @@ What the trainer calls (a `critic.share_actor` run gets an `ActorWithValueHead`,
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from verl.algorithms.advantages import ESTIMATORS
@@ -34,6 +37,7 @@ from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
 from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, base_model, lora_enabled
+from verl.models.moe import MoeRouting
 from verl.models.vision import freeze_vision_tower
 from verl.workers.compile import CompiledLayers
 from verl.workers.logprobs import head_log_probs, head_sum_pi_squared, lm_head, response_hidden
@@ -41,6 +45,7 @@ from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import OptimizerOffload
 from verl.workers.optim import TrainingState, build_optimizer, build_scheduler
+from verl.workers.moe_forward import MoeForward, token_experts
 from verl.workers.packing import causal_lm_trunk
 from verl.workers.param_copy import ParamCopy
 from verl.workers.update_loop import MicroLoss, UpdateResult, run_update
@@ -52,21 +57,23 @@ class Actor(TrainingState):
     def __init__(self, model_cfg, training_cfg, algorithm_cfg, device: torch.device, micro: MicroBatching, *,
                  seed: int, max_response_len: int, temperature: float = 1.0,
                  correction: CorrectionSpec | None = None, distillation=None,
-                 model: torch.nn.Module | None = None, adapt_to_memory: bool = True):
+                 model: torch.nn.Module | None = None, adapt_to_memory: bool = True, record_routing: bool = False):
         """model_cfg, training_cfg, algorithm_cfg: the config's model, training and algorithm
         sections; max_response_len, temperature: rollout.max_new_tokens, the sampling temperature;
         correction: the rollout correction (verl.algorithms.off_policy; None: off); seed: the
         mini-batch shuffler's. adapt_to_memory: a token budget from the free GPU memory and the
         out-of-memory retry (off on FSDP ranks). distillation: the config's distillation section (its
-        loss joins the update's when enabled)."""
+        loss joins the update's when enabled). record_routing: the pi_old pass keeps each token's experts in
+        batch.routed_experts, for the update to replay (rollout.routing_replay: pi_old; verl/models/moe.py)."""
         self.training, self.algorithm = training_cfg, algorithm_cfg
         self.distillation = distillation if distillation is not None and distillation.enable else None
         self.device = device
         self.micro = micro
         self.compute_dtype = torch_dtype(model_cfg.dtype)
         lora = lora_enabled(model_cfg)
-        # Full fine-tuning keeps float32 master weights; a LoRA base is frozen, so model.dtype.
-        load_dtype = self.compute_dtype if lora else torch.float32
+        # Full fine-tuning keeps float32 master weights (model.mixed_precision: pure does not: the trained
+        # weights are model.dtype); a LoRA base is frozen, so model.dtype.
+        load_dtype = self.compute_dtype if lora or model_cfg.mixed_precision == "pure" else torch.float32
         self.model = model if model is not None else load_causal_lm(model_cfg, load_dtype, device_type=device.type)
         if model_cfg.freeze_vision_tower:  # before LoRA and the optimizer: the tower trains nowhere
             freeze_vision_tower(self.model)
@@ -102,6 +109,7 @@ class Actor(TrainingState):
                                   self.compute_dtype, training=True),
             training=True, lm_head=True, compute_dtype=self.compute_dtype, checkpointing=model_cfg.enable_gradient_checkpointing,
             chunk_size=t.logprob_chunk_size, keep_logits=t.logprob_keep_logits)
+        self.record_routing = record_routing
         self._keep_pi_old = False  # during an update whose first forward yields pi_old
         self.last_entropy = None  # (B, R) on CPU: of the last compute_old_log_probs or deferring update
 
@@ -113,7 +121,7 @@ class Actor(TrainingState):
                     micro=MicroBatching.from_training(config.training), seed=config.seed,
                     max_response_len=r.max_new_tokens, temperature=r.temperature or 1.0,
                     correction=correction_spec(r, config.algorithm.rollout_correction),
-                    distillation=config.distillation)
+                    distillation=config.distillation, record_routing=r.routing_replay == "pi_old")
 
     @classmethod
     def from_config(cls, config, device: torch.device, model: torch.nn.Module | None = None, **kwargs) -> "Actor":
@@ -141,17 +149,38 @@ class Actor(TrainingState):
     def _forward(self, mb: Batch, with_entropy: bool, with_sum_pi_squared: bool = False):
         """One trunk + LM head pass over a micro-batch -> (mb on the device, log-probs (b, r'),
         entropy (b, r'), zeros unless `with_entropy`, sum_v pi(v)^2 (b, r') or None unless
-        `with_sum_pi_squared`: one more pass over the head, no-grad), in the caller's grad mode."""
+        `with_sum_pi_squared`: one more pass over the head, no-grad; the MoE layers' routing of the pass,
+        a MoeForward, or None for a dense model), in the caller's grad mode. An MoE micro-batch with
+        routed_experts is routed to them (routing replay, verl/models/moe.py)."""
         model = self.forward_model()
+        routing = self._routing(model)
         with on_device(mb, self.device, self.micro.packed, self.compute_dtype, self.compiled) as (mb, packed):
-            rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
-                                 packed=packed, packing_mode=self.packing_mode, multi_modal=mb.multi_modal)
+            if routing:
+                routing.replay(token_experts(mb.routed_experts, mb.attention_mask, packed))
+            with routing.recording() if routing else contextlib.nullcontext() as rec:
+                rh = response_hidden(model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.response_length,
+                                     packed=packed, packing_mode=self.packing_mode, multi_modal=mb.multi_modal)
             logp, ent = self._head_log_probs(model, rh, with_entropy)
             sq = None
             if with_sum_pi_squared:
                 sq = rh.unpack(head_sum_pi_squared(rh.hidden, lm_head(model), self.temperature,
                                                    self.training.logprob_chunk_size))
-        return mb, logp, ent, sq
+            moe = MoeForward.of(routing, rec, mb.attention_mask, packed,
+                                aux=self.training.router_aux_loss_coef > 0 and torch.is_grad_enabled())
+        return mb, logp, ent, sq, moe
+
+    def _end_replay(self) -> None:
+        """The routers choose for themselves again (generation with the actor's module comes next). A
+        replay stays set through each micro-batch's backward, so it ends after the pass, not the forward."""
+        routing = getattr(self, "_routing_of_model", None)
+        if routing:
+            routing.replay(None)
+
+    def _routing(self, model) -> MoeRouting:
+        """The MoE routers of the module forwards run on (empty for a dense model), found once."""
+        if getattr(self, "_routing_model", None) is not model:
+            self._routing_model, self._routing_of_model = model, MoeRouting(model)
+        return self._routing_of_model
 
     def _head_log_probs(self, model, rh, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The chunked LM head over a trunk pass's response positions -> (b, r') each."""
@@ -176,11 +205,18 @@ class Actor(TrainingState):
     def _log_prob_pass(self, batch: Batch, with_sum_pi_squared: bool):
         """(log_probs, entropy, sum_v pi(v)^2 or None), each (B, R) on CPU, micro-batch by micro-batch."""
         columns: list = [[], [], []]
+        routed = []
         for mb in self._micro_batching().split(batch):
-            _, *parts = self._forward(mb, with_entropy=True, with_sum_pi_squared=with_sum_pi_squared)
+            full = mb
+            _, *parts, moe = self._forward(mb, with_entropy=True, with_sum_pi_squared=with_sum_pi_squared)
             for out, part in zip(columns, parts):
                 if part is not None:
                     out.append(pad_response_columns(part.float(), batch.response_length))
+            if self.record_routing and moe is not None:  # this pass's routing, for the update to replay
+                routed.append(moe.experts_like(full))
+        self._end_replay()
+        if routed:
+            batch.routed_experts = torch.cat(routed)
         # One device->host copy at the end: no sync between micro-batches; row order kept.
         return tuple(torch.cat(c).cpu() if c else None for c in columns)
 
@@ -223,6 +259,7 @@ class Actor(TrainingState):
         self.model.train()
         self.optimizer_offload.load()
         result = self._run_update(batch, self._micro_loss, self._optimizers())
+        self._end_replay()
         self._keep_pi_old = False
         self.scheduler.step()
         self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
@@ -258,8 +295,9 @@ class Actor(TrainingState):
     def _micro_loss(self, mb: Batch, counts: dict) -> MicroLoss:
         """Forward + policy loss of one micro-batch (the update loop runs the backward).
         Entropy costs a pass over each chunk's logits: only when the loss or pi_old needs it."""
-        mb, logp, ent, _ = self._forward(mb, with_entropy=self.algorithm.entropy_coeff > 0 or self._keep_pi_old)
-        return self._policy_micro_loss(mb, logp, ent, counts)
+        mb, logp, ent, _, moe = self._forward(mb, with_entropy=self.algorithm.entropy_coeff > 0 or self._keep_pi_old)
+        out = self._policy_micro_loss(mb, logp, ent, counts)
+        return out if moe is None else moe.into(out, mb, counts, self.training.router_aux_loss_coef)
 
     def _policy_micro_loss(self, mb: Batch, logp, ent, counts: dict) -> MicroLoss:
         keep = None

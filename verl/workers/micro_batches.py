@@ -132,7 +132,8 @@ def make_micro_batches(batch: Batch, micro_batch_size: int, max_tokens: Optional
 
 def trim_padding(batch: Batch) -> Batch:
     """Drop prompt columns that are padding in every row (left) and response columns that
-    are padding in every row (right). All (B, R) fields are cut alike."""
+    are padding in every row (right). All (B, R) fields are cut alike, and (B, P + R, ...) ones
+    (routed_experts) along their second dimension."""
     p, r = batch.prompt_length, batch.response_length
     prompt_real = batch.attention_mask[:, :p].any(dim=0)
     resp_real = batch.attention_mask[:, p:].any(dim=0)
@@ -143,7 +144,7 @@ def trim_padding(batch: Batch) -> Batch:
     changes = {}
     for name in Batch.tensor_fields():
         value = getattr(batch, name)
-        if value is None or value.dim() != 2:
+        if value is None or value.dim() < 2:
             continue
         if value.shape[1] == p + r:
             changes[name] = torch.cat([value[:, first:p], value[:, p:p + last]], dim=1)

@@ -33,37 +33,56 @@ def build_optimizer(params, lr: float, weight_decay: float, device: torch.device
     return torch.optim.AdamW(groups, **kwargs)
 
 
-def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str, min_ratio: float = 0.0) -> float:
+def lr_multiplier(step: int, warmup_steps: int, total_steps: int, kind: str, min_ratio: float = 0.0,
+                  start_ratio: float = 0.0, decay_steps: int | None = None, from_first_step: bool = False) -> float:
     """The learning rate of step `step` (0-based) over training.lr:
 
-        step < W:  step / W                                     (linear warm-up from 0)
-        after:     1 (constant), or m + (1 - m) c with         p = (step - W) / (T - W), m = min_ratio
-                   c = 1 - p (linear), (1 + cos(pi p)) / 2 (cosine); inverse_sqrt: max(m, sqrt(max(W, 1) / step))
-        step > T:  m (every kind but constant)
+        step < W:  a + (1 - a) (step + o) / W                  (linear warm-up from a)
+        after:     1 (constant), or m + (1 - m) c with         p = (step - W) / max(1, D - W), m = min_ratio
+                   c = 1 - p (linear), 1 - sqrt(p) (sqrt), (1 + cos(pi p)) / 2 (cosine);
+                   inverse_sqrt: max(m, sqrt(max(W, 1) / step))
+        step > D:  m (every kind but constant)
 
-    W = warmup_steps, T = total_steps. The first step runs at lr 0, as with transformers'
-    get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup and real verl's copies of
-    them (W = 4: 0, 0.25, 0.5, 0.75, then 1). Real verl's FSDP cosine with min_lr_ratio m is
-    max(m, c (1 - m) + m) = the same m + (1 - m) c; Megatron's OptimizerParamScheduler (real verl's
-    Megatron engine) is min_lr + c (lr - min_lr) for linear/cosine, and lr sqrt(max(W, 1)) / sqrt(max(s, 1))
-    floored at min_lr for inverse-square-root: the same over lr with m = min_lr / lr (its warm-up,
-    init + (lr - init) s / W for s <= W, is ours at init 0: equal at s = W)."""
+    W = warmup_steps, T = total_steps, D = decay_steps (the step the decay ends at; None: T),
+    a = start_ratio, o = 1 if from_first_step else 0. With a = 0, o = 0 the first step runs at lr 0, as
+    with transformers' get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup and real
+    verl's copies of them (W = 4: 0, 0.25, 0.5, 0.75, then 1). Real verl's FSDP cosine with
+    min_lr_ratio m is max(m, c (1 - m) + m) = the same m + (1 - m) c; Megatron's OptimizerParamScheduler
+    (real verl's Megatron engine) is min_lr + c (lr - min_lr) for linear/cosine, and lr sqrt(max(W, 1)) /
+    sqrt(max(s, 1)) floored at min_lr for inverse-square-root: the same over lr with m = min_lr / lr (its
+    warm-up, init + (lr - init) s / W for s <= W, is ours at init 0: equal at s = W).
+
+    VeOmni's build_lr_scheduler (real verl's VeOmni engine; lr L, lr_start, lr_min, W = int(T x
+    lr_warmup_steps_ratio), D = int(T x lr_decay_ratio)): (lr_start + (L - lr_start) s / max(1, W)) / L
+    for s < W, then 1 (constant) or, cosine, lr_min / L for s > D, else
+    m + (1 - m) (1 + cos(pi p)) / 2 with p = (s - W) / max(1, D - W): ours with a = lr_start / L,
+    m = lr_min / L, o = 0. TorchTitan's linear_warmup_stable_decay (real verl's TorchTitan engine, total
+    steps N = TorchTitan's training.steps, decay_ratio None: D = N - W decay steps after one stable step):
+    (s + 1) / W for s < W, 1 at s = W, then m + (1 - m) c with p = (s + 1 - (W + 1)) / (N - W) =
+    (s - W) / (N - W), c linear / sqrt / cosine as above, m = min_lr_factor: ours with o = 1, a = 0,
+    D = N (equal up to step N; past it TorchTitan's p > 1 goes below m)."""
     if warmup_steps and step < warmup_steps:
-        return step / warmup_steps
+        return start_ratio + (1.0 - start_ratio) * (step + (1 if from_first_step else 0)) / warmup_steps
     if kind == "constant":
         return 1.0
-    if step > total_steps:
+    end = total_steps if decay_steps is None else decay_steps
+    if step > end:
         return min_ratio
     if kind == "inverse_sqrt":
         return max(min_ratio, math.sqrt(max(warmup_steps, 1)) / math.sqrt(max(step, 1)))
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    coeff = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    progress = min(1.0, (step - warmup_steps) / max(1, end - warmup_steps))
+    if kind == "linear":
+        coeff = 1.0 - progress
+    elif kind == "sqrt":
+        coeff = 1.0 - math.sqrt(progress)
+    else:
+        coeff = 0.5 * (1.0 + math.cos(math.pi * progress))
     return min_ratio + (1.0 - min_ratio) * coeff
 
 
 def critic_setting(training_cfg, name: str):
     """training.critic_<name> when set, else training.<name> (the actor's): warmup_steps,
-    weight_decay, grad_clip, lr_scheduler, min_lr_ratio."""
+    weight_decay, grad_clip, lr_scheduler, min_lr_ratio, warmup_start_ratio, lr_decay_steps."""
     own = getattr(training_cfg, f"critic_{name}", None)
     return getattr(training_cfg, name) if own is None else own
 
@@ -75,13 +94,15 @@ def role_grad_clip(training_cfg, role: str) -> float:
 
 def build_scheduler(optimizer, training_cfg, critic: bool = False) -> torch.optim.lr_scheduler.LambdaLR:
     """Stepped once per trainer step (not per mini-batch), so the schedule follows total_steps.
-    critic: the warm-up, the schedule and its floor are training.critic_warmup_steps / critic_lr_scheduler /
-    critic_min_lr_ratio when set."""
+    critic: the warm-up, the schedule, its floor, the warm-up's start and the decay's end are
+    training.critic_warmup_steps / critic_lr_scheduler / critic_min_lr_ratio / critic_warmup_start_ratio /
+    critic_lr_decay_steps when set."""
     t = training_cfg
-    warmup = critic_setting(t, "warmup_steps") if critic else t.warmup_steps
-    kind = critic_setting(t, "lr_scheduler") if critic else t.lr_scheduler
-    floor = critic_setting(t, "min_lr_ratio") if critic else t.min_lr_ratio
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, warmup, t.total_steps, kind, floor))
+    names = ("warmup_steps", "lr_scheduler", "min_lr_ratio", "warmup_start_ratio", "lr_decay_steps")
+    warmup, kind, floor, start, decay = (critic_setting(t, n) if critic else getattr(t, n) for n in names)
+    first = t.warmup_from_first_step
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_multiplier(s, warmup, t.total_steps, kind, floor, start, decay, first))
 
 
 def guarded_step(pairs: dict, grad_clip) -> tuple[dict, bool]:

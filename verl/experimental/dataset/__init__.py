@@ -1,0 +1,1 @@
+"""Real verl's `verl.experimental.dataset`: the sampler interfaces (sampler.py)."""
