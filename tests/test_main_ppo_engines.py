@@ -34,7 +34,7 @@ def test_parallel_sizes_are_one_note_naming_every_key(base):
     for key in (f"{M}.tensor_model_parallel_size=4", f"{M}.pipeline_model_parallel_size=2",
                 f"{M}.expert_model_parallel_size=8", "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=4"):
         assert key in lines[0]
-    assert "(FSDP2) shards weights" in lines[0] and "MoE models are not tested here yet" in lines[0]
+    assert "(FSDP2) shards weights" in lines[0] and "MoE models train on one device here" in lines[0]
     assert "context parallelism" not in lines[0] and tr.memory_reasons == []
     load_translated(tr)  # and it is a valid config
 
@@ -75,8 +75,8 @@ def test_megatron_schedule_decays_to_min_lr(base):
     (f"{A}.optim.exp_avg_dtype=bf16", "Adam moments or gradient buffers below float32"),
     (f"{A}.optim.lr_scheduler_type=cosine", "is not a key of its Megatron optimizer"),
     (f"{A}.optim.optimizer=sgd", f"real verl's {A}.optim.optimizer=sgd is not supported"),
-    (f"+{M}.override_transformer_config.moe_aux_loss_coeff=0.01", "changing Megatron's transformer config"),
-    (f"{M}.router_replay.mode=R2", "replaying MoE routing"),
+    (f"+{M}.override_transformer_config.num_layers=4", "changing Megatron's transformer config"),
+    (f"{M}.router_replay.mode=R3", "replays the rollout's routing, which real verl records only with"),
     (f"{A}.strategy=veomni", "the VeOmni engine with another engine's optimizer config; give model_engine=veomni"),
 ])
 def test_megatron_settings_that_change_the_update_are_refused_naming_the_key(base, arg, says):
@@ -222,7 +222,7 @@ def test_torchtitan_linear_default_and_warm_up_ratio(base):
     (["model_engine=veomni", f"{A}.optim.optimizer=anyprecision_adamw"], "other optimizers"),
     (["model_engine=veomni", f"{A}.optim.betas=[0.9,0.95]"], "other Adam betas"),
     (["model_engine=veomni", f"{V}.load_checkpoint_path=/ckpt"], "loading the engine's own checkpoint"),
-    (["model_engine=veomni", f"{V}.router_replay.mode=R3"], "replaying MoE routing"),
+    (["model_engine=veomni", f"{V}.router_replay.mode=R3"], "replays the rollout's routing"),
     (["model_engine=veomni", f"{V}.qat_implementation=fp8"], "quantization-aware training"),
     (["model_engine=veomni", f"{M}.param_offload=True"], "read by its Megatron engine only"),
     (["model_engine=torchtitan", f"{A}.optim.name=Adam"], "other TorchTitan optimizers"),
@@ -238,3 +238,17 @@ def test_veomni_and_torchtitan_settings_that_change_the_update_are_refused(base,
     with pytest.raises(ConfigError) as err:
         translate(base + args)
     assert says in str(err.value)
+
+
+def test_moe_routing_replay_and_the_aux_loss_map(base):
+    """R2 replays the pi_old pass's routing, R3 (with the rollout recording it) the engine's; Megatron's
+    moe_aux_loss_coeff is the router's load-balancing loss here (docs/moe.md)."""
+    r = "actor_rollout_ref.rollout"
+    cfg = load_translated(meg(base, f"{M}.router_replay.mode=R2"))
+    assert cfg.rollout.routing_replay == "pi_old"
+    cfg = load_translated(meg(base, f"{M}.router_replay.mode=R3", f"{r}.enable_rollout_routing_replay=True",
+                              f"{r}.name=hf"))
+    assert cfg.rollout.routing_replay == "engine"
+    cfg = load_translated(meg(base, f"+{M}.override_transformer_config.moe_aux_loss_coeff=0.01"))
+    assert cfg.training.router_aux_loss_coef == 0.01
+    assert load_translated(meg(base, f"{M}.router_replay.mode=disabled")).rollout.routing_replay == "off"

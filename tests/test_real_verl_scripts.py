@@ -54,7 +54,7 @@ def test_every_script_is_translated_as_the_doc_table_says():
     # model: all train, MiniCPM-o's with its own dataset class (data.custom_cls: a stand-in of
     # recipe/minicpmo/rl_dataset.py)
     vision = [s.name for s in load().scripts if is_vision(s)]
-    assert len(vision) == 13 and [n for n in vision if doc[n] != TRAINS] == []
+    assert len(vision) == 17 and [n for n in vision if doc[n] != TRAINS] == []
 
 
 @pytest.mark.parametrize("name", ["examples/rollout_correction/run_with_rollout_corr.sh",

@@ -205,7 +205,8 @@ def test_warmup_and_schedules_equal_real_verls(tmp_path):
     ours = {}
     for kind, warmup, total in SCHEDULES:
         training = SimpleNamespace(warmup_steps=warmup, critic_warmup_steps=None, total_steps=total, lr_scheduler=kind,
-                                   min_lr_ratio=0.0)
+                                   min_lr_ratio=0.0, warmup_start_ratio=0.0, lr_decay_steps=None,
+                                   warmup_from_first_step=False)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         scheduler, lrs = build_scheduler(opt, training), []
         for _ in range(total):
@@ -241,11 +242,16 @@ def test_grad_clip_is_read_from_optim_clip_grad(base):
     assert cfg_of(base + ["critic.grad_clip=0.4"]).training.critic_grad_clip == 1.0  # read by nothing there
 
 
-def test_bf16_weights_without_a_master_copy_are_refused(base):
-    for key in (f"{A}.fsdp_config.model_dtype", "critic.model.fsdp_config.model_dtype"):
-        with pytest.raises(ConfigError, match=f"{key}=bfloat16 is not supported: weights trained in bf16/fp16 "
-                                              "with no float32 master copy"):
-            translate(base + [f"+{key}=bfloat16"])
+def test_bf16_weights_without_a_master_copy(base):
+    # the actor's: the weights themselves in bf16, no float32 master (model.mixed_precision: pure,
+    # tests/test_mixed_precision_pure.py trains it); the critic's is refused: its master stays float32
+    cfg = cfg_of(base + [f"+{A}.fsdp_config.model_dtype=bfloat16"])
+    assert (cfg.model.dtype, cfg.model.mixed_precision) == ("bfloat16", "pure")
+    key = "critic.model.fsdp_config.model_dtype"
+    with pytest.raises(ConfigError, match=f"{key}=bfloat16 is not supported: a critic trained in bf16/fp16 "
+                                          "with no float32 master copy"):
+        translate(base + [f"+{key}=bfloat16"])
+    for key in (f"{A}.fsdp_config.model_dtype", key):
         translate(base + [f"+{key}=fp32"])  # real verl's default: nothing changes
 
 

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 
 from verl.models.lora import base_model
+from verl.models.moe import is_moe
 
 
 def _conversions(model) -> bool:
@@ -56,7 +57,7 @@ def hf_named_weights(model: torch.nn.Module, skip: Optional[Callable[[str], bool
             adapters = [a for a in mod.active_adapters if a in getattr(mod, "lora_A", {})]
             if adapters:
                 deltas[f"{mod_name}.base_layer.weight"] = adapters
-    convert = checkpoint_layout and _conversions(base)
+    convert = checkpoint_layout and is_moe(base) and _conversions(base)  # fused experts; VL names stay as they are
     seen: set[int] = set()
     for name, tensor in base.state_dict(keep_vars=True).items():
         if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
