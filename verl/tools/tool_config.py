@@ -37,7 +37,8 @@ def read_yaml_list(path: str, key: str, section: str) -> list:
     if not os.path.isfile(full):
         raise ConfigError(f"{key}: file '{path}' not found (looked at {full})")
     try:
-        data = yaml.safe_load(open(full, encoding="utf-8"))
+        with open(full, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{key}: '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
     entries = data.get(section) if isinstance(data, dict) else None
