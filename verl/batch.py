@@ -24,7 +24,7 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
     sum_pi_squared   (B, R) float  sum_v pi_old(v)^2 at each response position (kept for OTB only)
     is_weights       (B, R) float  the rollout correction's importance weights, where the trainer computes
                                    them for the whole batch (verl/algorithms/off_policy.py); else None
-    routed_experts   (B, P+R, L, k) long  an MoE model's experts per token and layer to replay in the update
+    routed_experts   (B, P+R, L, k) int16  an MoE model's experts per token and layer to replay in the update
                                    (rollout.routing_replay; -1: the router's own choice); else None
 
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,

@@ -34,6 +34,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+# what a batch keeps the replayed experts in (Batch.routed_experts): expert indices and -1 fit 16 bits
+EXPERT_DTYPE = torch.int16
 # router class -> whether its weights are cast back to the logits' dtype (Mixtral's stay float32)
 ROUTERS = {"Qwen2MoeTopKRouter": True, "Qwen3MoeTopKRouter": True, "MixtralTopKRouter": False,
            "OlmoeTopKRouter": True}

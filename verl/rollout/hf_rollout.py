@@ -37,7 +37,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from verl.batch import Batch
 from verl.models.lora import base_model
-from verl.models.moe import MoeRouting
+from verl.models.moe import EXPERT_DTYPE, MoeRouting
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
@@ -363,7 +363,7 @@ def first_stop_prefix(ids: list, stops, tokenizer) -> int:
 
 
 def generated_routing(rec, rows: int) -> torch.Tensor:
-    """The experts an MoE model routed each position to while generating, (rows, P + steps - 1, L, k) long
+    """The experts an MoE model routed each position to while generating, (rows, P + steps - 1, L, k) int16
     on the CPU: the prefill's call gives the prompt's P positions, each decode call one more (the last
     sampled token is never fed back, so its position has none)."""
     layers = len(rec.calls)
@@ -371,14 +371,14 @@ def generated_routing(rec, rows: int) -> torch.Tensor:
     for call in range(len(rec.calls[0])):
         experts = torch.stack([rec.calls[layer][call][1] for layer in range(layers)], dim=1)  # (rows x S, L, k)
         parts.append(experts.reshape(rows, -1, layers, experts.shape[-1]))
-    return torch.cat(parts, dim=1).long().cpu()
+    return torch.cat(parts, dim=1).to(torch.int16).cpu()
 
 
 def routed_columns(parts: list, width: int) -> torch.Tensor:
     """The generate calls' routing in the rollout Batch's columns: (N, width, L, k), -1 where none was
     recorded (padding, the last token)."""
     rows = sum(p.shape[0] for p in parts)
-    out = torch.full((rows, width, *parts[0].shape[2:]), -1, dtype=torch.long)
+    out = torch.full((rows, width, *parts[0].shape[2:]), -1, dtype=EXPERT_DTYPE)
     at = 0
     for p in parts:
         cols = min(width, p.shape[1])

@@ -9,7 +9,7 @@ tokens, so a coefficient of 0 changes nothing and micro-batching changes the ter
 each f_e and P_e are taken over (as Megatron's per-micro-batch auxiliary loss does). Expert load is logged
 per micro-batch, weighted the same way: moe/expert_load/<e> and moe/load_max_over_mean.
 
-Shapes: routed_experts (b, T, L, k) long on a micro-batch (the columns of input_ids; -1 where the router
+Shapes: routed_experts (b, T, L, k) int16 on a micro-batch (the columns of input_ids; -1 where the router
 chooses itself), (N, L, k) for the forward's N tokens: all b x T positions of a padded micro-batch in
 row-major order, or its real tokens (attention_mask == 1, row-major) when packed.
 """
@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from verl.batch import Batch
-from verl.models.moe import MoeRouting, Recording, expert_load, load_metrics
+from verl.models.moe import EXPERT_DTYPE, MoeRouting, Recording, expert_load, load_metrics
 from verl.workers.update_loop import MicroLoss
 
 
@@ -56,11 +56,11 @@ class MoeForward:
                    aux=routing.aux_loss(rec, mask) if aux else None)
 
     def experts_like(self, mb: Batch) -> torch.Tensor:
-        """The experts as routed_experts of the (untrimmed) micro-batch `mb`: (b, T, L, k) long on the CPU,
+        """The experts as routed_experts of the (untrimmed) micro-batch `mb`: (b, T, L, k) int16 on the CPU,
         -1 at padding."""
         b, t = mb.input_ids.shape
-        out = torch.full((b, t, *self.experts.shape[1:]), -1, dtype=torch.long)
-        out[mb.attention_mask.bool()] = self.experts[self.real].long().cpu()
+        out = torch.full((b, t, *self.experts.shape[1:]), -1, dtype=EXPERT_DTYPE)
+        out[mb.attention_mask.bool()] = self.experts[self.real].to(EXPERT_DTYPE).cpu()
         return out
 
     def into(self, out: MicroLoss, mb: Batch, counts: dict, coef: float) -> MicroLoss:
