@@ -17,6 +17,10 @@
 #   vl-tests    pytest -m gpu tests/test_gpu_vllm_vl.py (#44 item 3: vision-language vLLM: log-probs after a sync, sleep,
 #               frozen tower, GRPO via the CLI on tiny:qwen2_5_vl / tiny:llava; 288 s for 8 tests in session 15);
 #               vl-tests-k: those that VL_K selects (a pytest -k expression)
+#   fp8-probe / fp8-tests  benchmarks/fp8_probe.py (how the FP8 engine holds a synced weight) / pytest -m gpu
+#               tests/test_gpu_fp8.py (the engine's weights equal our round trip, with the scales its kernel keeps)
+#   mt-moe-tests pytest -m gpu tests/test_gpu_multi_turn.py tests/test_gpu_moe.py: real verl's gsm8k and geo3k
+#               multi-turn scripts on vLLM through main_ppo; the tiny Qwen3-MoE's vLLM sync and a GRPO run
 #   cuda-tests  the rest of the suite's CUDA tests: pytest tests -k "cuda or gpu"
 #   rollout     benchmarks/rollout.py: verl's VLLMRollout vs raw LLM.generate at 64 / 256 / 512 sequences
 #   e2e-a       benchmarks/e2e_grpo.py, SmolLM2-135M architecture, 16 prompts x 8 x 128 tokens
@@ -434,6 +438,11 @@ print(info)" ;;
                    --junitxml="$W/gpu_tests.xml" ;;
         tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
+        fp8-probe) stage fp8-probe 120 $PY -u benchmarks/fp8_probe.py ;;
+        fp8-tests) stage fp8-tests 200 $PY -m pytest -m gpu tests/test_gpu_fp8.py -v -rA --durations=0 -p no:cacheprovider \
+                   --junitxml="$W/gpu_fp8.xml" ;;
+        mt-moe-tests) stage mt-moe-tests 260 $PY -m pytest -m gpu tests/test_gpu_multi_turn.py tests/test_gpu_moe.py -v -rA \
+                   --durations=0 -p no:cacheprovider --junitxml="$W/gpu_mt_moe.xml" ;;
         vl-tests) stage vl-tests 300 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_vl_tests.xml" ;;
         vl-tests-k) stage vl-tests-k 180 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
