@@ -237,12 +237,12 @@ def test_the_gsm8k_interaction_scores_strictly_and_ends_when_correct():
 
 
 def _rollout(tok, engine, tmp_path, **cfg):
-    from verl.rollout.multi_turn import rollout_tools
+    from verl.rollout.agent_parts import rollout_tools
 
     if "multi_turn" in cfg:
         cfg["multi_turn"] = MultiTurnConfig(**cfg["multi_turn"])
     rc = RolloutConfig(**cfg)
-    env = interaction_environment(rc.interaction_config) if rc.interaction_config else None
+    env = interaction_environment(rc.interaction_config, timeout_s=2.0) if rc.interaction_config else None
     return MultiTurnRollout(engine, tok, rc, chat=True, tools=rollout_tools(rc), environment=env)
 
 
@@ -354,3 +354,33 @@ def test_a_prompts_images_stay_with_its_trajectory_in_later_turns(qwen_tok, tmp_
     turn = engine.contexts[1][0][len(prompt_ids[0]):]  # the ids after the prompt in the second context
     assert second.images == (image,) and second.engine_prompt_ids == (7, 8, 9) + tuple(turn)
     assert turn[: len(call)] == call and out.multi_modal[0] is prompts.multi_modal[0]  # the batch keeps the prompt's
+
+
+HANGING = '''
+import asyncio
+
+from verl.interactions.base import BaseInteraction
+
+
+class Hangs(BaseInteraction):
+    async def generate_response(self, instance_id, messages, **kwargs):
+        await asyncio.sleep(3600)
+'''
+
+
+def test_an_interaction_that_hangs_ends_its_trajectory_at_the_timeout(qwen_tok, tmp_path):
+    import time
+
+    tok = qwen_tok
+    path = _write(tmp_path, "hangs.py", HANGING)
+    cfg = _write(tmp_path, "i.yaml", f"interaction:\n  - name: h\n    class_name: \"{path}:Hangs\"\n")
+    engine = ScriptedEngine(tok, [[_enc(tok, "#### 1") + [tok.eos_token_id]]])
+    mt = MultiTurnRollout(engine, tok, RolloutConfig(interaction_config=cfg), chat=True,
+                          environment=interaction_environment(cfg, timeout_s=0.5))
+    prompts, _ = _prompts(tok, ["q"])
+    prompts.extra = [{"interaction_kwargs": {"name": "h"}}]
+    start = time.monotonic()
+    out = mt.generate(prompts, SamplingParams(max_new_tokens=16))
+    assert time.monotonic() - start < 30
+    last = out.extra[0]["turns"][-1]
+    assert last["role"] == "environment" and last["ok"] is False and "TimeoutError" in last["text"]

@@ -124,7 +124,7 @@ def test_config_error_raised_only_where_a_key_can_be_blamed_at_load_time():
     """Checks of a single key's value live on its section; the modules that still raise
     ConfigError are those that read files, import user code, translate real verl's keys or
     check what only exists at load time (a model folder, an environment variable, a GPU); agents
-    loads the user's tools and environments, multi_turn.py runs the environment's reset() (one that
+    loads the user's tools and environments (agent_parts.py builds them from the config), multi_turn.py runs the environment's reset() (one that
     raises for every trajectory is rollout.environment's fault), backends.py reaches wandb's server;
     teacher.py compares the distillation teacher's tokenizer with the student's, fp8_vllm.py reads the model
     folder's layers (what rollout.quantization: fp8 can hold), lora_adapter.py reads a saved adapter's
@@ -133,8 +133,8 @@ def test_config_error_raised_only_where_a_key_can_be_blamed_at_load_time():
     allowed = {"config", "compat", "agents", "tools", "interactions", "api.py", "inputs.py", "callables.py",
                "python_fn.py", "api.py", "resume.py",
                "run_folder.py", "run_lock.py", "loading.py", "tiny.py", "lora.py", "rollout.py", "factory.py",
-               "multi_turn.py", "backends.py", "teacher.py", "fp8_vllm.py", "lora_adapter.py", "user_class.py",
-               "custom_dataset.py", "custom_sampler.py"}
+               "multi_turn.py", "agent_parts.py", "backends.py", "teacher.py", "fp8_vllm.py", "lora_adapter.py",
+               "user_class.py", "custom_dataset.py", "custom_sampler.py"}
     offenders = []
     for folder, _, files in os.walk(ROOT):
         for name in files:

@@ -17,6 +17,8 @@ Each entry's class is made once, `cls(config)` (with `name` added to config, as 
                        turn_score the step reward, done ends the trajectory
     close():           finalize_interaction(request_id)
 
+Each call is bounded by rollout.multi_turn.tool_timeout_s: an interaction that hangs ends its trajectory.
+
 `messages` is the trajectory's conversation as the rollout keeps it (sample["messages"]: the row's
 prompt messages, then the model's and the answers' turns). The rollout asks the environment only
 after a model turn that makes no tool call, as real verl's loop does.
@@ -54,14 +56,21 @@ def load_interactions(path: str, key: str = "rollout.interaction_config") -> dic
     return found
 
 
-def _run(value):
-    """An interaction method's result (a coroutine is run to its end; these run in the rollout's thread)."""
-    return asyncio.run(value) if inspect.isawaitable(value) else value
+def _run(value, timeout_s: float):
+    """An interaction method's result: a coroutine is run in the rollout's thread for at most `timeout_s`
+    (then asyncio's TimeoutError, which ends the trajectory with that error, as any failing step does)."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def bounded():
+        return await asyncio.wait_for(value, timeout_s)
+
+    return asyncio.run(bounded())
 
 
 class InteractionEnvironment(Environment):
-    def __init__(self, interactions: dict):
-        self.interactions = interactions
+    def __init__(self, interactions: dict, timeout_s: float = 10.0):
+        self.interactions, self.timeout_s = interactions, timeout_s
         self.interaction = None
         self.kwargs: dict = {}
         self.request_id = uuid4().hex
@@ -77,21 +86,22 @@ class InteractionEnvironment(Environment):
                              f"{', '.join(self.interactions)})")
         self.interaction, self.kwargs = self.interactions[kwargs["name"]], dict(kwargs)
         self.messages = sample.get("messages") if isinstance(sample.get("messages"), list) else []
-        _run(self.interaction.start_interaction(self.request_id, **self.kwargs))
+        _run(self.interaction.start_interaction(self.request_id, **self.kwargs), self.timeout_s)
         return ""
 
     def step(self, action_text: str) -> StepResult:
         done, text, score, extra = _run(self.interaction.generate_response(self.request_id, self.messages,
-                                                                           **self.kwargs))
+                                                                           **self.kwargs), self.timeout_s)
         return StepResult(observation=str(text), reward=0.0 if score is None else float(score), done=bool(done),
                           info=extra if isinstance(extra, dict) else {})
 
     def close(self) -> None:
         if self.interaction is not None:
             finalize = self.interaction.finalize_interaction
-            _run(finalize(self.request_id) if inspect.signature(finalize).parameters else finalize())
+            _run(finalize(self.request_id) if inspect.signature(finalize).parameters else finalize(), self.timeout_s)
 
 
-def interaction_environment(path: str, key: str = "rollout.interaction_config"):
-    """A no-argument factory of InteractionEnvironments over the file's interactions (loaded once)."""
-    return functools.partial(InteractionEnvironment, load_interactions(path, key))
+def interaction_environment(path: str, key: str = "rollout.interaction_config", timeout_s: float = 10.0):
+    """A no-argument factory of InteractionEnvironments over the file's interactions (loaded once), each call
+    bounded by `timeout_s` (rollout.multi_turn.tool_timeout_s)."""
+    return functools.partial(InteractionEnvironment, load_interactions(path, key), timeout_s)

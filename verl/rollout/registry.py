@@ -28,7 +28,7 @@ def build_rollout(config, actor_model, tokenizer):
     with rollout.tools or rollout.environment it runs multi-turn trajectories (docs/agents.md)."""
     engine = engine_class(config.rollout.name).from_actor(actor_model, tokenizer, config)
     if config.rollout.is_multi_turn:
-        from verl.rollout.multi_turn import build_multi_turn
+        from verl.rollout.agent_parts import build_multi_turn
 
         engine = build_multi_turn(engine, tokenizer, config)
     return engine

@@ -377,7 +377,7 @@ def _outcome(script: Script, work: str, model: str, train: bool, vision_model: s
     args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
         from verl.models.loading import check_context_length
-        from verl.rollout.multi_turn import agent_tool_schemas
+        from verl.rollout.agent_parts import agent_tool_schemas
 
         try:
             cfg = load_translated(translate(args))

@@ -31,7 +31,7 @@ from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
-from verl.rollout.multi_turn import agent_tool_schemas
+from verl.rollout.agent_parts import agent_tool_schemas
 from verl.signals import Interrupted
 from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
