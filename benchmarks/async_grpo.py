@@ -174,7 +174,7 @@ def run_system(args, system: str) -> dict:
             if k >= args.warmup:
                 seconds.append(now - last)
                 tokens.append(m["perf/total_tokens"])
-                b = trainer._last_batch
+                b = trainer.run.last_batch
                 lengths += b.attention_mask[:, b.prompt_length:].sum(dim=1).tolist()
                 stream.append((m.get("async/stream_prefetched"), m.get("async/stream_switched_samples")))
                 parts.append({**{k: m.get(f"timing_s/{k}") for k in PARTS}, **{k: m.get(f"async/{k}") for k in STREAM},
@@ -188,7 +188,7 @@ def run_system(args, system: str) -> dict:
                  "budget_tokens": getattr(getattr(actor, "budget", None), "tokens", None) or actor.micro.max_tokens}
     finally:
         busy.close()
-        trainer.lifecycle.close()
+        trainer.run.close()
     # Totals over the timed steps, not medians: an asynchronous run's steps are uneven (a batch already
     # waiting is handed over at once, the next one not), and only the total says what a run gets done.
     step_s = sum(seconds) / len(seconds)

@@ -180,7 +180,7 @@ def worker_verl(args) -> dict:
                           # per stage (verl/trainer/stage_memory.py): the trainer resets torch's peak counter
                           memory={k.split("/", 1)[1]: round(v, 2) for k, v in m.items() if k.startswith("memory_gb/")},
                           peak_gib=round(m["memory_gb/step"], 2) if "memory_gb/step" in m else common.peak_gib(device),
-                          lengths=batch_lengths(trainer._last_batch)))
+                          lengths=batch_lengths(trainer.run.last_batch)))
     del trainer
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return dict(steps=steps)

@@ -199,17 +199,52 @@ def test_the_trainer_write_finder_finds_writes():
     assert found("def f(trainer):\n    engine = trainer.rollout\n    trainer.rollout.sync_weights = g\n") == []
 
 
-def test_only_the_trainer_package_writes_attributes_of_a_trainer():
-    """The Trainer's parts are handed what they act on (the experience sources a RolloutStage and the
-    engine lock, the Validator its engine and reward): no module outside verl/trainer sets an
-    attribute of a Trainer (as `trainer.rollout = ...` did from the experience sources)."""
-    offenders = []
+def _lines_found(finder, skip_folder: str = "") -> list[str]:
+    """'path:line' of every line `finder(tree)` reports in the package's modules (outside `skip_folder`)."""
+    found = []
     for folder, _, files in os.walk(ROOT):
-        if os.path.relpath(folder, ROOT).split(os.sep)[0] == "trainer":
+        if skip_folder and os.path.relpath(folder, ROOT).split(os.sep)[0] == skip_folder:
             continue
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
                 tree = ast.parse(open(path, encoding="utf-8").read())
-                offenders += [f"{os.path.relpath(path, ROOT)}:{line}" for line in trainer_attribute_writes(tree)]
+                found += [f"{os.path.relpath(path, ROOT)}:{line}" for line in finder(tree)]
+    return found
+
+
+def test_only_the_trainer_package_writes_attributes_of_a_trainer():
+    """The Trainer's parts are handed what they act on (the experience sources a RolloutStage and the
+    engine lock, the Validator its engine and reward): no module outside verl/trainer sets an
+    attribute of a Trainer (as `trainer.rollout = ...` did from the experience sources)."""
+    offenders = _lines_found(trainer_attribute_writes, skip_folder="trainer")
     assert not offenders, "modules outside verl/trainer assign attributes of a Trainer: " + ", ".join(offenders)
+
+
+def held_trainers(tree) -> list[int]:
+    """Lines where an object keeps a Trainer: `self.trainer` / `self._trainer` read or written, or a
+    parameter called `trainer` or `_trainer` (an object built from a Trainer rather than its parts)."""
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and node.attr in ("trainer", "_trainer")):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.arg) and node.arg in ("trainer", "_trainer"):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_held_trainer_finder_finds_them():
+    assert held_trainers(ast.parse("class R:\n    def __init__(self, trainer):\n        self.trainer = trainer\n")) == [2, 3]
+    assert held_trainers(ast.parse("class R:\n    def f(self):\n        return self._trainer.x\n")) == [3]
+    assert held_trainers(ast.parse("def f(counters, saver):\n    return counters.global_step\n")) == []
+
+
+def test_no_part_of_the_library_holds_the_trainer():
+    """The Run (verl/trainer/run.py) and every other part are built from explicit parts: nothing in verl/
+    keeps a Trainer (RunLifecycle once held the whole Trainer and read 16 of its attributes), and the
+    Run's module does not import the Trainer's."""
+    offenders = _lines_found(held_trainers)
+    assert not offenders, "modules that keep a Trainer: " + ", ".join(offenders)
+    run_src = open(os.path.join(ROOT, "trainer", "run.py"), encoding="utf-8").read()
+    assert "verl.trainer.trainer" not in run_src and "import Trainer" not in run_src

@@ -47,7 +47,7 @@ def _close(trainer) -> None:
     """One Ray trainer at a time (its placement group is named): stop its workers before the next."""
     from verl.distributed import shutdown_all
 
-    trainer.lifecycle.close()
+    trainer.run.close()
     shutdown_all()
 
 
@@ -55,7 +55,7 @@ def _steps(trainer, n=STEPS):
     metrics, versions = [], []
     for _ in range(n):
         metrics.append(trainer.step())
-        versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer._last_batch.extra]))
+        versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer.run.last_batch.extra]))
     return metrics, versions
 
 
@@ -123,7 +123,7 @@ def test_partial_rollouts_under_ray(ray_local, tmp_path, llama):
     for (step, tags), m in zip(versions, metrics):
         assert m["async/partial_segments"] >= 1 and step - tags[0] <= 1
         assert all(torch.isfinite(torch.tensor(float(m[k]))) for k in KEYS)
-    for e in trainer._last_batch.extra:
+    for e in trainer.run.last_batch.extra:
         vs = [v for _, v in e["version_switches"]]
         assert vs[0] == e["policy_version"] and vs == sorted(vs) and vs[-1] <= trainer.global_step - 1
     _close(trainer)

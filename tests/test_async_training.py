@@ -26,9 +26,9 @@ def _run(tmp_path, name, steps=3, **extra):
     for _ in range(steps):
         m = trainer.step()
         metrics.append(m)
-        versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer._last_batch.extra]))
+        versions.append((trainer.global_step - 1, [e.get("policy_version") for e in trainer.run.last_batch.extra]))
     params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
-    trainer.lifecycle.close()
+    trainer.run.close()
     return metrics, params, versions
 
 
@@ -119,7 +119,7 @@ def test_a_failing_rollout_stops_the_run_with_its_error(tmp_path, tiny_gpt2):
     trainer.step()
     with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
         trainer.step()
-    trainer.lifecycle.close()
+    trainer.run.close()
 
 
 def test_a_hung_rollout_times_out(tmp_path, tiny_gpt2):
@@ -162,14 +162,14 @@ def _run_recording(tmp_path, name, steps, **extra):
     try:
         for _ in range(steps):
             m = trainer.step()
-            b = trainer._last_batch
+            b = trainer.run.last_batch
             rows.append({"m": m, "responses": b.responses[b.response_mask.bool()].tolist(), "prompts": b.prompt_text,
                          "first": [e.get("policy_version") for e in b.extra],
                          "last": [e.get("policy_version_last") for e in b.extra], "step": trainer.global_step - 1,
                          "longest": int(b.response_mask.sum(dim=1).max())})
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
     finally:
-        trainer.lifecycle.close()
+        trainer.run.close()
     return rows, params
 
 
@@ -185,10 +185,10 @@ def resume_after_step_2(tmp_path, extra) -> tuple[list, dict]:
     try:
         for _ in range(2):
             trainer.step()
-            resumed.append(trainer._last_batch.prompt_text)
+            resumed.append(trainer.run.last_batch.prompt_text)
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
     finally:
-        trainer.lifecycle.close()
+        trainer.run.close()
     return resumed, params
 
 
@@ -281,7 +281,7 @@ def test_a_failing_streaming_rollout_stops_the_run_with_its_error(tmp_path, tiny
         with pytest.raises(RuntimeError, match="asynchronous rollout failed: OSError: the engine died"):
             trainer.step()
     finally:
-        trainer.lifecycle.close()
+        trainer.run.close()
 
 
 @pytest.mark.parametrize("extra, message", [

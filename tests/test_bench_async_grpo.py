@@ -37,13 +37,13 @@ def test_imposed_lengths_are_what_the_engine_generates(tmp_path, tiny_qwen2):
     try:
         async_grpo.impose_lengths(trainer, 6)
         trainer.step()
-        b = trainer._last_batch
+        b = trainer.run.last_batch
         got = b.response_mask.sum(dim=1).tolist()
         prompt_ids = [row[mask.bool()].tolist() for row, mask in zip(b.input_ids[:, :b.prompt_length],
                                                                       b.attention_mask[:, :b.prompt_length])]
         assert got == [float(async_grpo.drawn_length(p, 6)) for p in prompt_ids]
     finally:
-        trainer.lifecycle.close()
+        trainer.run.close()
 
 
 def test_profile_and_console_land_beside_the_results(tmp_path):

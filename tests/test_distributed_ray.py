@@ -131,7 +131,7 @@ def test_optimal_token_baseline_inputs_from_the_ranks_match_the_single_process(r
     import dataclasses
 
     single, dp = runs["single"], runs["dp"]
-    batch = copy.copy(dp._last_batch)
+    batch = copy.copy(dp.run.last_batch)
     lp, ent, sq = dp.actor.compute_log_probs_and_sum_pi_squared(batch)
     lp1, ent1, sq1 = single.actor.compute_log_probs_and_sum_pi_squared(batch)
     mask = batch.response_mask.bool()
@@ -186,7 +186,7 @@ def test_sharded_full_checkpoint_resumes_exactly(runs):
     # The gathered (full) state round-trips too: what a resume on another world size needs.
     state = dp.actor.state_dict()
     assert {"model", "optimizer", "scheduler", "generator"} <= state.keys()
-    dp.actor.update(dp._last_batch)
+    dp.actor.update(dp.run.last_batch)
     dp.actor.load_state_dict(state)
     restored = dp.actor.full_state_dict()
     assert all(torch.equal(second[1][k], restored[k]) for k in restored)
@@ -199,7 +199,7 @@ def test_a_killed_worker_raises_a_clear_error_within_the_timeout(runs):
     os.kill(victim["pid"], signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as err:
-        dp.critic.compute_values(dp._last_batch)
+        dp.critic.compute_values(dp.run.last_batch)
     # The death is detected, not waited out: well inside the 600 s call deadline, also on a loaded machine.
     assert time.monotonic() - start < 60 < dp.config.distributed.timeout_s
     msg = str(err.value)
@@ -207,7 +207,7 @@ def test_a_killed_worker_raises_a_clear_error_within_the_timeout(runs):
     assert f"node {victim['node_ip']}, pid {victim['pid']}" in msg
     assert "[verl critic rank 1]" in msg  # quoted from the dead worker's own log
     with pytest.raises(DistributedError, match="unusable"):
-        dp.critic.compute_values(dp._last_batch)
+        dp.critic.compute_values(dp.run.last_batch)
 
 
 class Probe(RankWorker):

@@ -156,10 +156,9 @@ def test_validation_prints_progress_while_it_runs(tiny_gpt2):
         with lock:
             said.append(line)
 
-    v = Validator(_SlowEngine(0.3), _Reward(), load_tokenizer(tiny_gpt2), cfg, rows, None, say=say,
-                  log_samples=lambda step, rows: None)
+    v = Validator(_SlowEngine(0.3), _Reward(), load_tokenizer(tiny_gpt2), cfg, rows, None, say=say)
     v.heartbeat_s = 0.1
-    metrics = v.run(step=3)
+    metrics, _ = v.run(step=3)
     assert metrics["val/all/acc@1"] == 1.0
     beats = [line for line in said if line.startswith("validating: ")]
     assert len(beats) >= 3, said  # ~0.9 s of work, a line every 0.1 s

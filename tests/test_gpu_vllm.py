@@ -473,7 +473,7 @@ trainer = create_trainer(cfg)
 rows = []
 for _ in range(5):
     m = trainer.step()
-    ex = trainer._last_batch.extra
+    ex = trainer.run.last_batch.extra
     rows.append({"step": trainer.global_step - 1, "first": [e["policy_version"] for e in ex],
                  "last": [e["policy_version_last"] for e in ex],
                  **{k: float(m[k]) for k in ("rollout/logprob_diff", "actor/pg_loss", "async/staleness_max",
@@ -482,7 +482,7 @@ import torch
 stream = trainer.experience.engine_cuda_stream
 rows[0]["producer_stream_priority"] = None if stream is None else stream.priority
 rows[0]["greatest_priority"] = torch.cuda.Stream.priority_range()[1] if device == "cuda" else None
-trainer.lifecycle.close()
+trainer.run.close()
 print("ROWS " + json.dumps(rows))
 """
 

@@ -303,7 +303,7 @@ def test_compiled_static_decode_follows_in_place_syncs_on_cuda(tmp_path, tiny_qw
         m = trainer.step()
         assert m["rollout/logprob_diff"] < 0.05, (step, m["rollout/logprob_diff"])
         if first is None:
-            first = trainer._last_batch
+            first = trainer.run.last_batch
             lp_first, _ = trainer.actor.compute_log_probs(first)
     lp_last, _ = trainer.actor.compute_log_probs(first)
     moved = float(((lp_last - lp_first).abs() * first.response_mask).sum() / first.response_mask.sum())

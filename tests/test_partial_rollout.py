@@ -141,7 +141,7 @@ def test_partial_rollouts_in_async_training_switch_versions_within_the_bound(tmp
         m = trainer.step()
         step = trainer.global_step - 1  # the update this batch trained into
         assert m["async/partial_segments"] >= 1 and m["async/staleness_max"] <= 1
-        for e, length in zip(trainer._last_batch.extra, trainer._last_batch.response_mask.sum(1).tolist()):
+        for e, length in zip(trainer.run.last_batch.extra, trainer.run.last_batch.response_mask.sum(1).tolist()):
             switches = e["version_switches"]
             assert switches[0] == [0, e["policy_version"]]  # staleness counts from the oldest tokens
             starts, versions = [s for s, _ in switches], [v for _, v in switches]
@@ -150,7 +150,7 @@ def test_partial_rollouts_in_async_training_switch_versions_within_the_bound(tmp
             seen.append(len(switches))
         for key in ("pg_loss", "actor/grad_norm", "rollout_corr/rollout_is_mean"):
             assert torch.isfinite(torch.tensor(float(m[key]))), key
-    trainer.lifecycle.close()
+    trainer.run.close()
     assert seen  # whether an update landed mid-generation depends on timing: the invariants hold either way
 
 
@@ -164,7 +164,7 @@ def test_partial_rollouts_change_nothing_at_staleness_zero(tmp_path, tiny_gpt2):
         trainer = create_trainer(cfg)
         metrics = [trainer.step() for _ in range(2)]
         params = {n: p.detach().clone() for n, p in trainer.actor.model.named_parameters()}
-        trainer.lifecycle.close()
+        trainer.run.close()
         return metrics, params
 
     plain_m, plain_p = run("plain")

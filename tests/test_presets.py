@@ -26,7 +26,7 @@ def test_preset_short_run(tmp_path, tiny_gpt2, preset):
     assert changed == len(before), f"{preset}: {len(before) - changed} parameter tensors unchanged"
     if preset == "dapo":
         assert "rollout/dynamic_dropped" in m and "reward/overlong_penalty" in m
-    batch = trainer._last_batch
+    batch = trainer.run.last_batch
     if preset == "gdpo":  # the reward's one component, kept per sample for the decoupled normalisation
         assert batch.reward_parts.shape == (len(batch), 1)
         assert torch.allclose(batch.reward_parts[:, 0] * trainer.reward_weights[0], batch.scores)
@@ -61,7 +61,7 @@ def test_gdpo_normalises_each_component_of_a_combined_reward(tmp_path, tiny_gpt2
                                 '{type: keyword, name: kw, weight: 2.0, keywords: ["the"]}]'}))
     trainer = create_trainer(cfg)
     trainer.step()
-    batch = trainer._last_batch
+    batch = trainer.run.last_batch
     assert batch.reward_parts.shape == (len(batch), 2) and trainer.reward_weights == [0.5, 2.0]
     assert torch.allclose(batch.reward_parts @ torch.tensor([0.5, 2.0]), batch.scores, atol=1e-6)
     want, _ = compute_gdpo(batch.reward_parts, [0.5, 2.0], batch.response_mask, batch.group_id)

@@ -56,7 +56,7 @@ def _mean(values):
 
 def _step_samples(trainer):
     """(last batch, response lengths in characters, in tokens): to recompute each reward by hand."""
-    b = trainer._last_batch
+    b = trainer.run.last_batch
     chars = [float(len(r)) for r in b.response_text]
     tokens = b.attention_mask[:, b.prompt_length:].sum(dim=1).float().tolist()  # (B,) response tokens
     return b, chars, tokens
@@ -131,7 +131,7 @@ def test_create_trainer_list_of_dicts_and_reloaded_config_scores_the_same(tmp_pa
     assert metrics["reward/token_count"] == metrics["reward/token_count_2"] == pytest.approx(_mean(tokens), rel=1e-12)
     assert metrics["reward/answer_value"] == pytest.approx(_mean([float(g) for g in b.ground_truth]), rel=1e-12)
     assert "reward/format" in metrics
-    trainer.lifecycle.tracker.close()
+    trainer.run.tracker.close()
 
     saved = load_config(str(tmp_path / "run" / "config.yaml"))
     # The same rows as the Dataset of the test above: the same content digest

@@ -147,7 +147,7 @@ def reference(tmp_path_factory, tiny_gpt2):
     # Warm this process up (imports, tokenizer and model classes) once, so that the forked
     # children start training at once; the trainer itself is not used.
     warm = create_trainer(load_config(None, small_overrides(tmp, **RUN, **{"checkpoint.save_dir": str(tmp / "warm")})))
-    warm.lifecycle.close()
+    warm.run.close()
     del warm
     code = _fork_cli(_args(tmp, tmp / "run"), tmp / "log")
     assert code == 0, (tmp / "log").read_text()[-3000:]

@@ -38,7 +38,7 @@ def test_nan_step_is_skipped_counted_and_training_continues(tmp_path, tiny_gpt2,
         assert torch.equal(p, after_first[n]), n  # the poisoned update was dropped
     last = trainer.step()  # a good step resets the streak; training goes on
     assert last["training/skipped_steps"] == 1 and last["actor/nonfinite_updates"] == 0
-    assert trainer.lifecycle.bad_steps == 0
+    assert trainer.run.bad_steps == 0
     rows = [json.loads(line) for line in open(os.path.join(cfg.checkpoint.save_dir, "metrics.jsonl"))]
     assert [r["training/skipped_steps"] for r in rows] == [0, 1, 1]
     assert all("actor/nonfinite_updates" in r for r in rows)

@@ -16,14 +16,14 @@ def _step(tmp_path, **extra):
     try:
         return trainer, trainer.step()
     finally:
-        trainer.lifecycle.close()
+        trainer.run.close()
 
 
 def test_decoupled_rejection_leaves_the_response_mask(tmp_path, tiny_gpt2):
     # thresholds so tight (ratio within 1e-9 of 1) that float rounding between engine and actor rejects tokens
     trainer, m = _step(tmp_path, **{f"{RC}.rollout_is": "sequence", f"{RC}.rollout_is_batch_normalize": "true",
                                    f"{RC}.rollout_rs": "token_k3", f"{RC}.rollout_rs_threshold": "1e-30"})
-    batch = trainer._last_batch
+    batch = trainer.run.last_batch
     assert batch.is_weights is not None and "rollout_corr/rollout_is_batch_norm_factor" in m
     rejected = m["rollout_corr/rollout_rs_masked_fraction"]
     assert 0 < rejected < 1  # 0.3125 at the time of writing
@@ -38,6 +38,6 @@ def test_bypass_mode_trains_without_a_pi_old_pass(tmp_path, tiny_gpt2):
                                    f"{RC}.rollout_is": "token", f"{RC}.rollout_rs": "token_k1",
                                    f"{RC}.rollout_rs_threshold": "0.5_2.0"})
     assert trainer.config.algorithm.policy_loss == "reinforce"
-    assert trainer._last_batch.old_log_probs is trainer._last_batch.rollout_log_probs
+    assert trainer.run.last_batch.old_log_probs is trainer.run.last_batch.rollout_log_probs
     assert "timing_s/old_log_prob" not in m and "actor/entropy" not in m and "rollout/logprob_diff" not in m
     assert "rollout_corr/rollout_is_mean" in m and m["actor/grad_norm"] > 0

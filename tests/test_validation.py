@@ -33,7 +33,7 @@ def test_validation_metrics_match_independent_greedy(tmp_path, tiny_qwen2):
     # are >= 0.05 apart (measured), a margin no float32 rounding difference closes.
     model, tok = trainer.actor.model, trainer.tokenizer
     expected = {"easy": [], "hard": []}
-    for row, text in zip(trainer.val_rows, trainer.lifecycle.validator.loader.texts):
+    for row, text in zip(trainer.val_rows, trainer.validator.loader.texts):
         ids = tok(text, return_tensors="pt", add_special_tokens=False)
         out = model.generate(**ids, do_sample=False, max_new_tokens=cfg.rollout.max_new_tokens,
                              pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)

@@ -79,7 +79,7 @@ def test_two_grpo_steps_save_a_vl_folder(tmp_path, family, vl_data):
     for _ in range(2):
         metrics = trainer.step()
         assert all(np.isfinite(metrics[k]) for k in ("reward", "pg_loss", "entropy", "response_length"))
-    assert trainer._last_batch.multi_modal  # the trained batch held the images
+    assert trainer.run.last_batch.multi_modal  # the trained batch held the images
     changed = [n for n, p in trainer.actor.model.named_parameters() if not torch.equal(before[n], p.detach())]
     assert any(is_vision_name(n) for n in changed) and any(not is_vision_name(n) for n in changed)
     # The final actor folder loads again as a VL model with its processor
@@ -234,7 +234,7 @@ def test_resume_continues_like_the_uninterrupted_run(tmp_path, vl_data, family, 
     for k in ("reward/mean", "actor/pg_loss", "response_length/mean"):
         if k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
-    assert straight._last_batch.prompt_text == resumed._last_batch.prompt_text
+    assert straight.run.last_batch.prompt_text == resumed.run.last_batch.prompt_text
 
 
 # ------------------------------------------------------------------ masks and refusals

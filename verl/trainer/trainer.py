@@ -1,13 +1,17 @@
-"""The RL loop. One `step()`:
+"""The RL algorithm. One `step()`:
 
     rollout -> reward -> old/reference log-probs, values -> advantages
             -> critic update -> actor update -> sync weights into the rollout engine
 
 Each stage is a method timed by @stage; what only some algorithms do (ReMax's greedy
 rollout, DAPO's group filtering, truncation masking) is decided by AlgorithmHooks; where the
-roles run is the backend's business (verl/backends). Everything else (logging, health
-warnings, checkpoints, stops) happens around the step in RunLifecycle (lifecycle.py), so `step()`
-reads like the algorithm.
+roles run is the backend's business (verl/backends). `algorithm_step()` runs them and returns a
+StepResult, and does nothing else. The loop around it (logging, validation, health checks,
+checkpoints, stops, the restore of where a run starts) is the Run (verl/trainer/run.py), built at
+the end of __init__ from this Trainer's parts; the Run knows the step only as a callable.
+
+`step()` and `train()` are the Run's: the seed's own loop, `for _ in range(total_steps): metrics =
+trainer.step()`, logs every step and saves the final actor, so the user's handle must reach the Run.
 """
 
 from __future__ import annotations
@@ -26,13 +30,13 @@ from verl.algorithms.pf_ppo import pf_ppo_indices
 from verl.backends import build_backend
 from verl.batch import Batch
 from verl.checkpoint.full_state import RunState
+from verl.checkpoint.run_saver import RunSaver
 from verl.checkpoint.resume import ResumePoint, resolve_resume
 from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
 from verl.rollout.agent_parts import agent_tool_schemas
-from verl.signals import Interrupted
 from verl.trainer.advantage_math import add_advantages, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
@@ -42,8 +46,10 @@ from verl.trainer.rollout_stage import RolloutStage
 from verl.trainer.sleep_policy import SleepPolicy
 from verl.trainer.stage_memory import CudaCounters, StageMemory
 from verl.trainer.step_sampling import StepSampling
+from verl.trainer.step_result import StepResult
 from verl.trainer.step_seed import step_seed
 from verl.trainer.timer import StageTimer, stage
+from verl.trainer.validation import Validator
 
 
 class Trainer:
@@ -58,7 +64,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
         # Where the run starts (checkpoint.resume), settled before any model loads so that a bad
-        # path or a changed config fails in a second; RunLifecycle restores the state.
+        # path or a changed config fails in a second; the Run restores the state.
         self.resume_point = resume_point if resume_point is not None else resolve_resume(cfg)
         m = cfg.model
         self.tokenizer = load_tokenizer(m.tokenizer or m.name, "model.tokenizer" if m.tokenizer else "model.name",
@@ -100,9 +106,12 @@ class Trainer:
         self.run_state = RunState(self.actor, self.critic, self.rollout, self.experience.data, self.kl_ctrl,
                                   self.counters, self.tokenizer, cfg)
         self.output_dir = cfg.checkpoint.save_dir
-        from verl.trainer.lifecycle import RunLifecycle
+        self.saver = RunSaver(self.output_dir, self.run_state, self.backend.state_io, cfg.checkpoint.keep_last)
+        from verl.trainer.run import say
 
-        self.lifecycle = RunLifecycle(self, self.resume_point)  # logging, checkpoints, the restore of resume_point
+        self.validator = Validator(self.rollout, self.reward, self.tokenizer, cfg, self.val_rows, self.tool_schemas,
+                                   say=say)
+        self.run = self._new_run()  # the restore of resume_point, the held folder, the logs
 
     @property
     def global_step(self) -> int:
@@ -110,8 +119,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ the step
     def step(self) -> dict:
-        """One iteration of the algorithm; returns metrics (seed's short keys + canonical names)."""
-        self.lifecycle.before_step()
+        """One step with the run's cadence around it (logs, validation, checkpoints, the final save at
+        training.total_steps); its metrics, canonical names and the seed's short ones."""
+        return self.run.step()
+
+    def train(self) -> dict:
+        """The remaining steps to `training.total_steps` with a progress bar, logs and checkpoints;
+        the last step's metrics ({} when there was nothing to train)."""
+        return self.run.train()
+
+    def algorithm_step(self) -> StepResult:
+        """One iteration of the algorithm: its metrics and the batch it trained on. Nothing is logged or
+        saved here: the Run calls this and does that."""
         self.timer.reset()
         self._seed_step()
         experience = self.experience.next()                               # 1-2. sample, score (now or ahead)
@@ -131,19 +150,16 @@ class Trainer:
         measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
         self.kl_ctrl.update(policy_kl(batch) if measured is None else measured, n_steps=len(batch))
         self.counters.global_step += 1
-        self._last_batch = batch
-        return self.lifecycle.after_step(self._summarize(experience))
+        return StepResult(self._summarize(experience), batch)
 
-    def train(self) -> dict:
-        """Run the remaining steps to `training.total_steps` with a progress bar."""
-        metrics = {}
-        self.lifecycle.before_training()
-        while self.global_step < self.config.training.total_steps and not self.lifecycle.finished:
-            try:
-                metrics = self.step()  # stops early when training.max_minutes is spent
-            except Interrupted as exc:  # a stop request cut a wait short (verl/signals.py)
-                self.lifecycle.stop_mid_step(exc)  # saves the last completed step, raises StopTraining
-        return metrics
+    def _new_run(self):
+        """The Run of this Trainer's parts (verl/trainer/run.py): it restores where the run starts, holds the
+        run folder, logs, validates, checkpoints and stops around each algorithm_step()."""
+        from verl.trainer.run import Run
+
+        return Run(self.algorithm_step, config=self.config, output_dir=self.output_dir, counters=self.counters,
+                   run_state=self.run_state, saver=self.saver, validator=self.validator, experience=self.experience,
+                   resume_point=self.resume_point, device=self.device, memory=self.timer.memory)
 
     # ----------------------------------------------------------------- stages
     def compute_old_log_probs(self, batch: Batch) -> None:
@@ -255,17 +271,6 @@ class Trainer:
         m["perf/total_tokens"] = n_tokens
         m["training/global_step"] = float(self.global_step)
         return m
-
-    def last_samples(self, k: int) -> list[dict]:
-        """A few (prompt, response, reward) triples of the last step, for the sample log."""
-        b = self._last_batch
-        rows = [{"prompt": b.prompt_text[i], "response": b.response_text[i], "reward": float(b.scores[i])}
-                for i in range(min(k, len(b)))]
-        for i, row in enumerate(rows):  # multi-turn trajectories: the turns, for the report
-            turns = (b.extra[i] or {}).get("turns") if b.extra else None
-            if turns:
-                row["turns"] = turns
-        return rows
 
     # ------------------------------------------------------------------ saving
     def save_actor(self, path: str) -> str:

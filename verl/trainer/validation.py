@@ -30,14 +30,13 @@ CORRECT = 1.0 - 1e-6  # a score at the top of the verifiable scale counts as cor
 class Validator:
     heartbeat_s = 10.0  # a progress line this often while a validation pass runs (CPU passes take minutes)
 
-    def __init__(self, engine, reward, tokenizer, config, val_rows, tool_schemas, *, say, log_samples):
+    def __init__(self, engine, reward, tokenizer, config, val_rows, tool_schemas, *, say):
         """engine: the rollout engine as the trainer's thread calls it (behind the producer's lock in
         asynchronous mode); reward: the RewardManager; val_rows: the held-out rows (none: disabled);
-        tool_schemas: the chat template's tools; say(line): a console line; log_samples(step, rows): the
-        tracker's sample log."""
+        tool_schemas: the chat template's tools; say(line): a console line."""
         self.engine, self.reward, self.tokenizer, self.config = engine, reward, tokenizer, config
         self.val_rows, self.tool_schemas = val_rows, tool_schemas
-        self.say, self.log_samples = say, log_samples
+        self.say = say
         cfg = config
         self.loader = None
         if val_rows:
@@ -61,9 +60,9 @@ class Validator:
         return s
 
     @torch.no_grad()
-    def run(self, step: int, num_samples_logged: int | None = None) -> dict:
-        """Generate on the whole held-out set; returns val/* metrics and logs the first
-        `logging.val_samples` (prompt, greedy answer, reward) rows (the console prints them)."""
+    def run(self, step: int, num_samples_logged: int | None = None) -> tuple[dict, list[dict]]:
+        """Generate on the whole held-out set; returns the val/* metrics and the first
+        `logging.val_samples` (prompt, greedy answer, reward) rows, for the sample log."""
         cfg = self.config
         if num_samples_logged is None:
             num_samples_logged = cfg.logging.val_samples
@@ -84,8 +83,7 @@ class Validator:
                     self._score_batch(prompts, scores, logged, num_samples_logged)
                 done[0] += len(prompts)
         metrics = {f"val/{src}/{name}": sum(v) / len(v) for src, d in scores.items() for name, v in d.items()}
-        self.log_samples(step, logged)
-        return metrics
+        return metrics, logged
 
     def _score_batch(self, prompts: Batch, scores, logged: list, num_samples_logged: int) -> None:
         """Greedy (and with data.val_n > 1 sampled) answers to one batch of prompts, into `scores`."""
