@@ -83,18 +83,12 @@ def impose_lengths(trainer, median: int) -> None:
     per-request max_tokens): the work is then the same for every system, whatever the weights say."""
     from verl.rollout.vllm_rollout import VLLMRollout
 
-    engine = trainer.rollout
-    for _ in range(4):  # through the async lock and the streaming driver to the engine itself
-        if isinstance(engine, VLLMRollout):
-            break
-        engine = vars(engine).get("_engine") or vars(engine).get("engine")
+    engine = trainer.rollout_engine  # the engine itself, under the async lock and the streaming driver
     if not isinstance(engine, VLLMRollout):
         raise SystemExit("--lengths tail:M needs --engine vllm")
     engine.extra_sampling_kwargs = {**engine.extra_sampling_kwargs, "ignore_eos": True}
-    build = engine.build_requests
 
-    def build_with_lengths(prompts, sampling):
-        requests, params = build(prompts, sampling)
+    def with_lengths(requests, params):
         drawn = []
         for request, p in zip(requests, params):
             q = p.clone()
@@ -102,7 +96,7 @@ def impose_lengths(trainer, median: int) -> None:
             drawn.append(q)
         return requests, drawn
 
-    engine.build_requests = build_with_lengths
+    engine.request_hook = with_lengths
 
 
 def _overrides(args, system: str, out: str) -> list[str]:

@@ -144,7 +144,7 @@ def test_a_hung_rollout_times_out(tmp_path, tiny_gpt2):
 
 
 # ---------------------------------------------------------------------------
-# Streaming (async_training.streaming: verl/trainer/streaming_experience.py), on vLLM's CPU build
+# Streaming (async_training.streaming: the Stream mode of verl/trainer/generation_modes.py), on vLLM's CPU build
 # ---------------------------------------------------------------------------
 
 def _vllm(tiny_qwen2, **extra):
@@ -311,16 +311,11 @@ def test_the_producers_sync_waits_for_an_update_at_most_timeout_s():
     # an update holding the actor's weights longer than async_training.timeout_s: the producer's sync
     # gives up with a TimeoutError naming the setting instead of waiting forever; without `wait` it keeps
     # the engine's weights at once
-    import threading
-    from types import SimpleNamespace
+    from verl.trainer.weight_sync import WeightSync
 
-    from verl.trainer.async_experience import AsyncExperience
-
-    stage = SimpleNamespace(engine=object(), prompts=None)
-    cfg = SimpleNamespace(timeout_s=0.2, max_staleness=1, engine_priority="normal")
-    source = AsyncExperience(stage, threading.Lock(), model=None, counters=None, cfg=cfg, device=None, seed=0)
-    source.synced = 3
-    with source.updating_lock:  # the update in progress
-        assert source._sync_to_newest(wait=False) == 3
+    weights = WeightSync(engine=None, model=None, timeout_s=0.2, device=None, priority="normal", version=4)
+    weights.synced = 3
+    with weights._updating:  # the update in progress
+        assert weights.sync_to_newest(wait=False) == 3
         with pytest.raises(TimeoutError, match="async_training.timeout_s"):
-            source._sync_to_newest(wait=True)
+            weights.sync_to_newest(wait=True)

@@ -99,16 +99,13 @@ def _shared_trainer(tmp_path, tag="shared", **extra):
 
 
 def _experience(trainer):
-    """One step's batch up to the advantages, as Trainer.step builds it."""
-    from verl.trainer.advantage_math import add_advantages
-
+    """One step's batch up to the advantages, as Trainer.algorithm_step builds it."""
     batch, _ = trainer.rollout_stage.run(trainer.train_data.next_batch(), trainer.global_step)
     batch.old_log_probs, _ = trainer.actor.compute_log_probs(batch)
     if trainer.reference is not None:
         batch.ref_log_probs = trainer.reference.compute_log_probs(batch)
     batch.values = trainer.critic.compute_values(batch)
-    batch, _ = add_advantages(batch, trainer.config.algorithm, trainer.kl_ctrl.value)
-    return batch
+    return trainer.compute_advantages(batch)
 
 
 def test_shared_critic_ppo_steps(tmp_path, tiny_qwen2):

@@ -126,7 +126,7 @@ def test_two_fsdp_workers_match_the_single_process_run(runs):
 def test_optimal_token_baseline_inputs_from_the_ranks_match_the_single_process(runs):
     """The optimal token baseline's pi_old pass on Ray: each actor rank returns log pi, entropy and sum_v pi(v)^2
     for its rows, gathered back in row order, equal (float noise) to the single process's on the same batch; and
-    the group's compute_old_log_probs fills batch.sum_pi_squared when the estimator reads it."""
+    the group's compute_old_log_probs returns sum_pi_squared when the estimator reads it."""
     import copy
     import dataclasses
 
@@ -146,11 +146,9 @@ def test_optimal_token_baseline_inputs_from_the_ranks_match_the_single_process(r
     dp.actor.config = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm,
                                                                              adv_estimator="optimal_token_baseline"))
     try:
-        target = copy.copy(batch)
-        target.sum_pi_squared = None
-        dp.actor.compute_old_log_probs(target, may_defer=False)
-        assert torch.allclose(target.sum_pi_squared, sq, rtol=1e-6, atol=1e-7)  # the same pass again
-        assert torch.allclose(target.old_log_probs, lp, rtol=1e-6, atol=1e-7)
+        pi_old = dp.actor.compute_old_log_probs(copy.copy(batch), may_defer=False)
+        assert torch.allclose(pi_old.sum_pi_squared, sq, rtol=1e-6, atol=1e-7)  # the same pass again
+        assert torch.allclose(pi_old.log_probs, lp, rtol=1e-6, atol=1e-7)
     finally:
         dp.actor.config = cfg
 

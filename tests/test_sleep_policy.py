@@ -12,7 +12,31 @@ from verl.batch import Batch
 from verl.config import config_from_dict
 from verl.errors import ConfigError
 from verl.trainer.experience_source import SyncExperience
-from verl.trainer.sleep_policy import SleepPolicy, engine_can_sleep, mini_batch_tokens, sleep_needed
+from verl.trainer.sleep_policy import SleepPolicy, mini_batch_tokens, sleep_needed
+from verl.workers.awake_budget import AwakeBudget
+
+
+class Worker(AwakeBudget):
+    """A model role with only what the sleep policy asks of one (verl.roles.ModelRole)."""
+
+    def __init__(self, budget=None, packed=True):
+        self.budget, self.packed = budget, packed
+
+    def packs_sequences(self) -> bool:
+        return self.packed
+
+
+class Engine:
+    """A rollout engine with only what the synchronous source and the policy call."""
+
+    def __init__(self, slept, sleep_enabled):
+        self.slept, self.sleep_enabled = slept, sleep_enabled
+
+    def sleep(self):
+        self.slept.append(1)
+
+    def can_sleep(self):
+        return self.sleep_enabled
 
 
 def three_rows() -> Batch:
@@ -56,14 +80,14 @@ class FakeBudget:
 
 def test_needed_decides_once_and_logs_it(capsys):
     budget = FakeBudget(tokens_awake=21)
-    policy = SleepPolicy("needed", [SimpleNamespace(budget=budget)], mini_rows=None, packed=False)
+    policy = SleepPolicy("needed", [Worker(budget)], mini_rows=None, packed=False)
     assert policy.wanted(three_rows()) is False  # 21 tokens needed, 21 fit
     assert policy.wanted(three_rows()) is False
     assert budget.calls == 1  # kept for the run
     out = capsys.readouterr().out
     assert "stays awake" in out and "up to 21 tokens" in out and "beside the awake engine: 21;" in out
 
-    small = SleepPolicy("needed", [SimpleNamespace(budget=FakeBudget(20))], mini_rows=None, packed=False)
+    small = SleepPolicy("needed", [Worker(FakeBudget(20))], mini_rows=None, packed=False)
     assert small.wanted(three_rows()) is True
     assert "sleeps for every update" in capsys.readouterr().out
 
@@ -71,14 +95,14 @@ def test_needed_decides_once_and_logs_it(capsys):
 def test_needed_sleeps_without_an_estimate_and_always_never_asks(capsys):
     derived = FakeBudget(10 ** 9)
     derived.tokens = 5  # derived already: what memory it saw is not known now
-    for workers in ([SimpleNamespace(budget=None)], [SimpleNamespace(budget=derived)], [SimpleNamespace()]):
+    for workers in ([Worker(None)], [Worker(derived)], [Worker()]):
         assert SleepPolicy("needed", workers, mini_rows=2, packed=True).wanted(three_rows()) is True
     assert capsys.readouterr().out == ""  # nothing to decide on (the CPU, Ray workers): no log line
     # a second worker without an estimate makes the engine sleep even if the actor fits
-    two = [SimpleNamespace(budget=FakeBudget(10 ** 9)), SimpleNamespace(budget=None)]
+    two = [Worker(FakeBudget(10 ** 9)), Worker(None)]
     assert SleepPolicy("needed", two, mini_rows=2, packed=True).wanted(three_rows()) is True
     never_asked = FakeBudget(10 ** 9)
-    assert SleepPolicy("always", [SimpleNamespace(budget=never_asked)], None, False).wanted(three_rows()) is True
+    assert SleepPolicy("always", [Worker(never_asked)], None, False).wanted(three_rows()) is True
     assert never_asked.calls == 0
 
 
@@ -88,8 +112,8 @@ def fake_source(budget, sleep_when="needed", mini=None, sleep_enabled=True):
     slept = []
     cfg = SimpleNamespace(rollout=SimpleNamespace(sleep_when=sleep_when),
                           training=SimpleNamespace(mini_batch_size=mini))
-    actor = SimpleNamespace(budget=budget, micro=SimpleNamespace(packed=True))
-    engine = SimpleNamespace(sleep=lambda: slept.append(1), sleep_enabled=sleep_enabled)
+    actor = Worker(budget, packed=True)
+    engine = Engine(slept, sleep_enabled)
     stage = SimpleNamespace(engine=engine, prompts=SimpleNamespace(next_batch=lambda: None), timer=None,
                             run=lambda prompts, step: (three_rows(), {}))
     source = SyncExperience(stage, SimpleNamespace(global_step=0), SleepPolicy.for_run(cfg, [actor], engine), None)
@@ -116,10 +140,15 @@ def test_sleep_when_is_checked_with_the_key_named():
 
 
 def test_an_engine_without_sleep_mode_is_not_asked_about(capsys):
-    # HF engine on a GPU (no sleep mode), vLLM with enable_sleep_mode false, a wrapper around either
-    assert engine_can_sleep(SimpleNamespace()) is False
-    assert engine_can_sleep(SimpleNamespace(sleep_enabled=False)) is False
-    assert engine_can_sleep(SimpleNamespace(engine=SimpleNamespace(sleep_enabled=True))) is True  # multi-turn
+    # an engine without a sleep mode (HF), one whose mode is off, and the asynchronous wrappers ask their engine
+    import threading
+
+    from verl.rollout.base import RolloutEngine
+    from verl.trainer.locked_engine import LockedEngine
+
+    assert RolloutEngine.can_sleep(SimpleNamespace()) is False
+    assert LockedEngine(Engine([], True), threading.RLock(), 1.0).can_sleep() is True
+    assert LockedEngine(Engine([], False), threading.RLock(), 1.0).can_sleep() is False
     budget = FakeBudget(10 ** 9)
     source, slept = fake_source(budget, sleep_enabled=False)
     source.next()

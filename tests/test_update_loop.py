@@ -59,13 +59,13 @@ def test_out_of_memory_redoes_the_mini_batch_with_halved_micro_batches(tiny_qwen
     redone pass, whole and in row order."""
     ref = _actor(tiny_qwen2, micro=2)
     want_batch = _batch(ref.model.config.vocab_size)  # old_log_probs None: kept from the update
-    want = ref.update(want_batch)
+    want, want_pi_old = ref.update_taking_pi_old(want_batch)
 
     actor = _actor(tiny_qwen2, micro=4)
     calls = _fail_forward(monkeypatch, actor, failing_calls={2})
     batch = _batch(actor.model.config.vocab_size)
     with caplog.at_level(logging.WARNING, logger="verl.workers.update_loop"):
-        got = actor.update(batch)
+        got, got_pi_old = actor.update_taking_pi_old(batch)
     assert calls == [4, 4, 2, 2, 2, 2]
     assert got["actor/oom_retries"] == 1 and want["actor/oom_retries"] == 0
     # 8 rows in micro-batches of 2: 4 passes; the failed attempt (4 + 4 rows) is not counted
@@ -74,9 +74,10 @@ def test_out_of_memory_redoes_the_mini_batch_with_halved_micro_batches(tiny_qwen
     assert actor.micro == MicroBatching(2)  # later passes keep the smaller micro-batches
     for p, q in zip(actor.model.parameters(), ref.model.parameters()):
         assert torch.allclose(p, q, atol=1e-6, rtol=0)
-    assert batch.old_log_probs.shape == (8, 6)
-    assert torch.allclose(batch.old_log_probs, want_batch.old_log_probs, atol=1e-6, rtol=0)
-    assert torch.allclose(actor.last_entropy, ref.last_entropy, atol=1e-6, rtol=0)
+    assert batch.old_log_probs is None  # the record holds them; the batch is not written
+    assert got_pi_old.log_probs.shape == (8, 6)
+    assert torch.allclose(got_pi_old.log_probs, want_pi_old.log_probs, atol=1e-6, rtol=0)
+    assert torch.allclose(got_pi_old.entropy, want_pi_old.entropy, atol=1e-6, rtol=0)
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
 

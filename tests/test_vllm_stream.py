@@ -71,16 +71,16 @@ def test_batches_in_flight_together_are_each_handed_back_whole(engine, stream, t
     ticket_a = stream.submit(a_prompts, a_sampling)
     ticket_b = stream.submit(b_prompts, b_sampling)
     assert stream.in_flight() == 2
-    out_b = stream.collect(ticket_b)
+    out_b, stats = stream.collect(ticket_b)
     # B's collect took 16 steps (step 1 prefills both batches and draws token 1, each later step one token).
     # Requests in the engine before each step: A's 6 (3 prompts x n=2) and B's 2 for steps 1-8, then B's 2
     # alone for steps 9-16 -> (8 * 8 + 8 * 2) / 16 = 5.0.
-    assert stream.last_collect["steps"] == 16
-    assert stream.last_collect["requests_mean"] == pytest.approx(5.0)
-    assert 0 < stream.last_collect["step_s"] and 0 <= stream.last_collect["hook_s"]
+    assert stats["steps"] == 16
+    assert stats["requests"] / stats["steps"] == pytest.approx(5.0)
+    assert 0 < stats["step_s"] and 0 <= stats["hook_s"]
     assert ticket_a.done  # finished during B's steps, kept for it
-    out_a = stream.collect(ticket_a)
-    assert stream.last_collect["steps"] == 0  # handed back without a step
+    out_a, stats = stream.collect(ticket_a)
+    assert stats["steps"] == 0  # handed back without a step
     for out, alone in ((out_a, alone_a), (out_b, alone_b)):
         assert min_top2_gap(hf_model, alone) > 1e-3  # no near-tie: batch composition cannot swap a token
         assert responses_of(out) == responses_of(alone)
@@ -103,7 +103,7 @@ def test_a_sync_between_steps_changes_the_rest_of_a_generation(engine, stream, t
             stream.sync_weights(other, version=1)
 
     try:
-        out = stream.collect(stream.submit(prompt_batch(tokenizer), SamplingParams(n=1, max_new_tokens=12,
+        out, _ = stream.collect(stream.submit(prompt_batch(tokenizer), SamplingParams(n=1, max_new_tokens=12,
                                                                                    greedy=True)), between_steps=hook)
     finally:
         stream.sync_weights(hf_model, version=0)  # the module's other tests use the original weights

@@ -27,6 +27,9 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
     routed_experts   (B, P+R, L, k) int16  an MoE model's experts per token and layer to replay in the update
                                    (rollout.routing_replay; -1: the router's own choice); else None
 
+Which of them exist after which stage of a training step: verl/trainer/stage_fields.py (FILLS: always,
+MAY_FILL: where an algorithm, role or option asks), checked by the stages and by tests/test_stage_fields.py.
+
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.
 `raw_prompt` is the data row's prompt as given (text or chat messages): a multi-turn rollout

@@ -2,8 +2,7 @@
 work done by a group of rank processes.
 
     actor.compute_log_probs(batch) -> (log_probs, entropy)   rows split across ranks, gathered back
-    actor.compute_old_log_probs(batch, may_defer)             the same into batch.old_log_probs and
-                                                              actor.last_entropy (never deferred)
+    actor.compute_old_log_probs(batch, may_defer) -> PiOld    the same as a record (never deferred)
     actor.update(batch) -> metrics                            whole batch to every rank (one object)
     actor.model                                               a Hugging Face model on the driver
                                                               holding the gathered current weights
@@ -31,8 +30,16 @@ import torch
 from verl.batch import Batch
 from verl.distributed import dispatch
 from verl.distributed.worker_group import WorkerGroup
-from verl.workers.actor import fill_pi_old
+from verl.roles import ActorRole, CriticRole, PiOld, ReferenceRole, RewardRole
+from verl.workers.actor import pi_old_pass
 from verl.workers.micro_batches import MicroBatching
+
+
+def _on_the_ranks(name: str):
+    raise AttributeError(
+        f"'{name}' lives on the ranks of a distributed run (sharded with the model); save and restore "
+        "it with save_checkpoint/load_checkpoint or state_dict/load_state_dict "
+        "(verl.distributed.checkpoint.write_full_state / restore_full_state for a whole run)")
 
 
 class _DriverCopy:
@@ -79,6 +86,12 @@ class _ShardedRole:
         self.world_size = group.world_size
         self.micro = MicroBatching.from_training(config.training)  # the ranks' (fixed: no memory budget)
 
+    def awake_token_budget(self) -> Optional[int]:
+        return None  # the ranks size their own micro-batches (fixed: no memory budget)
+
+    def packs_sequences(self) -> bool:
+        return self.micro.packed
+
     def _split_call(self, method: str, batch: Batch):
         """`method` on each rank's rows; answers put back in the batch's row order."""
         index, parts = dispatch.shard_for_ranks(batch, self.world_size, self.micro)
@@ -89,13 +102,10 @@ class _ShardedRole:
 class _TrainableRole(_ShardedRole):
     copy: _DriverCopy
 
-    def __getattr__(self, name: str):
-        if name in ("optimizer", "scheduler", "generator"):
-            raise AttributeError(
-                f"'{name}' lives on the ranks of a distributed run (sharded with the model); save and restore "
-                "it with save_checkpoint/load_checkpoint or state_dict/load_state_dict "
-                "(verl.distributed.checkpoint.write_full_state / restore_full_state for a whole run)")
-        raise AttributeError(name)
+    # The optimizer, its schedule and the mini-batch shuffler live on the ranks, sharded with the model.
+    optimizer = property(lambda self: _on_the_ranks("optimizer"))
+    scheduler = property(lambda self: _on_the_ranks("scheduler"))
+    generator = property(lambda self: _on_the_ranks("generator"))
 
     def update(self, batch: Batch) -> dict:
         import ray
@@ -130,7 +140,7 @@ class _TrainableRole(_ShardedRole):
         self.copy.changed()
 
 
-class ActorGroup(_TrainableRole):
+class ActorGroup(_TrainableRole, ActorRole):
     def __init__(self, group: WorkerGroup, config, eager_copy: bool):
         super().__init__(group, config)
 
@@ -142,7 +152,6 @@ class ActorGroup(_TrainableRole):
         self.copy = _DriverCopy(build, group, eager_copy)
         if eager_copy:
             self.copy.get()
-        self.last_entropy = None  # (B, R) of the last compute_old_log_probs
 
     def compute_log_probs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return self._split_call("compute_log_probs", batch)
@@ -155,10 +164,13 @@ class ActorGroup(_TrainableRole):
     def compute_log_probs_and_sum_pi_squared(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._split_call("compute_log_probs_and_sum_pi_squared", batch)
 
-    def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> None:
-        """batch.old_log_probs and self.last_entropy, (B, R), as `Actor.compute_old_log_probs`; with the
-        optimal token baseline also batch.sum_pi_squared (B, R), each rank's rows gathered back."""
-        fill_pi_old(self, batch, self.config.algorithm.adv_estimator)
+    def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> PiOld:
+        """PiOld (B, R), as `Actor.compute_old_log_probs`; with the optimal token baseline also
+        sum_pi_squared (B, R), each rank's rows gathered back."""
+        return pi_old_pass(self, batch, self.config.algorithm.adv_estimator)
+
+    def update_taking_pi_old(self, batch: Batch) -> tuple[dict, PiOld]:
+        raise NotImplementedError("ActorGroup never defers pi_old (defers_old_log_probs is False)")
 
     def push_weights(self, replicas: list, leaders: list[int], bucket_mb: float, dtype: str) -> tuple[dict, dict]:
         """Stream the gathered weights, bucket by bucket, into rollout replicas: (rank 0's sync metrics,
@@ -168,7 +180,7 @@ class ActorGroup(_TrainableRole):
         return results[0], lost
 
 
-class CriticGroup(_TrainableRole):
+class CriticGroup(_TrainableRole, CriticRole):
     def __init__(self, group: WorkerGroup, config):
         super().__init__(group, config)
 
@@ -183,12 +195,12 @@ class CriticGroup(_TrainableRole):
         return self._split_call("compute_values", batch)
 
 
-class ReferenceGroup(_ShardedRole):
+class ReferenceGroup(_ShardedRole, ReferenceRole):
     def compute_log_probs(self, batch: Batch) -> torch.Tensor:
         return self._split_call("compute_log_probs", batch)
 
 
-class RewardGroup:
+class RewardGroup(RewardRole):
     """The reward manager, one per rank, each scoring a contiguous share of the rows."""
 
     def __init__(self, group: WorkerGroup):

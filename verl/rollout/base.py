@@ -28,6 +28,10 @@ class SamplingParams:
     n: int = 1  # samples per prompt
     stop: list = field(default_factory=list)  # stop strings (the stop text stays in the response)
     seed: Optional[int] = None
+    # The step's seed for engines that draw with torch (HF): their draws come from a torch.Generator of
+    # their own seeded with it, so no thread touches torch's global generator to sample (None: the global
+    # one; verl's own decode loop keeps the device's global generator, which its CUDA graphs capture)
+    draw_seed: Optional[int] = None
     greedy: bool = False  # overrides temperature/top_p/top_k (ReMax baseline, validation)
     # The caller reads rollout_log_probs. False lets an engine skip them (vLLM does: rollout_log_probs
     # None); validation and the steps rollout.logprob_check_every skips set it
@@ -67,6 +71,10 @@ class RolloutEngine(abc.ABC):
 
     def wake_up(self) -> None:
         """Re-acquire generation memory before the next `generate`."""
+
+    def can_sleep(self) -> bool:
+        """Whether `sleep` frees device memory (an engine with a sleep mode that is on): none here."""
+        return False
 
     def unbacked_bytes(self) -> int:
         """Bytes this process's torch allocator counts as allocated that have no device memory behind

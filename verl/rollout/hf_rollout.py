@@ -41,7 +41,7 @@ from verl.models.moe import EXPERT_DTYPE, MoeRouting
 from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout
 from verl.rollout.decode_loop import StaticDecoder
 from verl.rollout.hf_weights import hf_named_weights
-from verl.rollout.sampling import token_log_probs
+from verl.rollout.sampling import DrawsFrom, token_log_probs
 from verl.rollout.token_io import pad_id
 from verl.signals import abandon_if_stopped, stop_requested
 
@@ -182,6 +182,7 @@ class HFRollout(RolloutEngine):
         # rollout.routing_replay: engine -- an MoE model's experts per token, recorded while generating
         self.record_routing = rollout_cfg.routing_replay == "engine"
         self._said_vl_fallback = False
+        self._draw_state = None  # ((draw_seed, device), torch.Generator) of the step being generated
         own_loop = rollout_cfg.decode_loop == "verl"
         self.decoder = None
         if self.weight_copy:
@@ -252,6 +253,18 @@ class HFRollout(RolloutEngine):
             out.routed_experts[out.attention_mask == 0] = -1  # padding: nothing to replay
         return out
 
+    def load_state_dict(self, state: dict) -> None:
+        """A restored run state (a resume, in this process or a new one): the step it continues with draws
+        from a fresh generator of its seed, as the uninterrupted run's step did."""
+        self._draw_state = None
+
+    def _draws(self, seed: int, device) -> torch.Generator:
+        """The generator of the step seeded `seed` on `device`: made at the step's first call, continued by
+        its later calls (DAPO's extra draws, the turns of a multi-turn rollout)."""
+        if self._draw_state is None or self._draw_state[0] != (seed, str(device)):
+            self._draw_state = ((seed, str(device)), torch.Generator(device=device).manual_seed(seed))
+        return self._draw_state[1]
+
     def _generate_part(self, part: Batch, sampling: SamplingParams, device):
         input_ids = part.input_ids.to(device)
         attention_mask = part.attention_mask.to(device)
@@ -287,6 +300,11 @@ class HFRollout(RolloutEngine):
         if sampling.is_greedy:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             temperature = 1.0
+        elif sampling.draw_seed is not None:  # the draws from a generator of their own: DrawsFrom decides
+            gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=[
+                DrawsFrom(self._draws(sampling.draw_seed, device), sampling.temperature, sampling.top_k,
+                          sampling.top_p)])
+            temperature = sampling.temperature
         else:
             gen_kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                               top_k=sampling.top_k or None)

@@ -124,6 +124,12 @@ class MultiTurnRollout(RolloutEngine):
     def unbacked_bytes(self) -> int:
         return self.engine.unbacked_bytes()
 
+    def can_sleep(self) -> bool:
+        return self.engine.can_sleep()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.engine.load_state_dict(state)
+
     def metrics(self) -> dict:
         return dict(self._metrics)
 

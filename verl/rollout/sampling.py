@@ -42,19 +42,38 @@ def filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.
     return out
 
 
-def pick_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool) -> torch.Tensor:
+def pick_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
+                generator: torch.Generator | None = None) -> torch.Tensor:
     """logits: (B, V) -> (B,) long. greedy: argmax; otherwise one draw per row from the filtered
-    softmax(logits / T) (module docstring), with the default generator of the logits' device
-    (torch.manual_seed makes it reproducible)."""
+    softmax(logits / T) (module docstring), with `generator` (None: the default generator of the logits'
+    device, which torch.manual_seed makes reproducible)."""
     logits = logits.float()
     if greedy:
         return logits.argmax(dim=-1)
     probs = filter_top_k_top_p(logits / temperature, top_k, top_p).softmax(dim=-1)
     # E = 0 would make 0/0 = NaN for a filtered token, and argmax picks NaN: keep E > 0.
-    race = torch.empty_like(probs).exponential_().clamp_(min=torch.finfo(torch.float32).tiny)
+    race = torch.empty_like(probs).exponential_(generator=generator).clamp_(min=torch.finfo(torch.float32).tiny)
     return (probs / race).argmax(dim=-1)
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(logits / T)[token] per row: (B, V), (B,) -> (B,) float32."""
     return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class DrawsFrom:
+    """A transformers logits processor that makes the draw itself, from `generator`: the last processor of a
+    greedy `generate`, it keeps only the token `pick_tokens` draws from the scores it is given (those of the
+    processors before it), so generate's argmax takes that token. transformers samples with the default
+    generator and takes none of its own; this gives an engine's draws a generator of their own (the
+    asynchronous producer's, verl/trainer/async_experience.py) with the same distribution."""
+
+    def __init__(self, generator: torch.Generator, temperature: float, top_k: int, top_p: float):
+        self.generator, self.temperature, self.top_k, self.top_p = generator, temperature, top_k, top_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if bool((torch.isnan(scores) | torch.isposinf(scores)).any()):  # as torch.multinomial refuses them
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        token = pick_tokens(scores, self.temperature, self.top_k, self.top_p, False, self.generator)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token[:, None], 0.0)
+

@@ -324,6 +324,9 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
         return sum(t.numel() * t.element_size() for _, t in weights)
 
     # --------------------------------------------------------------- sleep mode
+    def can_sleep(self) -> bool:
+        return self.sleep_enabled
+
     def sleep(self) -> dict:
         """With rollout.enable_sleep_mode: release the engine's GPU memory (everything once synced
         from a module, whose weights come back with the next sync; else the KV cache only). Returns

@@ -146,6 +146,9 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         self.prefix_caching = enable_prefix_caching
         # Extra vllm.SamplingParams fields for every request (benchmarks: {"ignore_eos": True}).
         self.extra_sampling_kwargs: dict = {}
+        # A hook over each call's requests: fn(requests, params) -> (requests, params), e.g. a benchmark's
+        # per-request max_tokens (None: the requests as built).
+        self.request_hook = None
         _check_model_config(model_path, self.on_cpu, vllm.ModelRegistry.get_supported_archs())
         if enforce_eager is None:
             enforce_eager = getattr(rollout_cfg, "enforce_eager", None)
@@ -267,14 +270,17 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             requests = [self._prompt_cls(prompt_token_ids=prompt_ids[i]) for i in rows]
         self._calls += 1
         if sampling.seed is None or greedy:  # one SamplingParams object serves every request
-            return requests, [self._sampling_params(sampling, None, per_request)] * len(rows)
+            return self._hooked(requests, [self._sampling_params(sampling, None, per_request)] * len(rows))
         # Per-request seeds from (seed, call, row): reproducible whatever the batch composition,
         # different at every step; vLLM gives sample j of n `seed + j`. (vLLM's GPU model runner
         # draws every request's noise from its own seed in one kernel, seeded or not; its CPU
         # sampler draws one int per seeded request per step: ~1-2% of a call, within noise.)
         base = sampling.seed * 1_000_003 + self._calls * 65_537
         params = [self._sampling_params(sampling, (base + i * sampling.n) % (2**31 - 1), per_request) for i in rows]
-        return requests, params
+        return self._hooked(requests, params)
+
+    def _hooked(self, requests: list, params: list) -> tuple[list, list]:
+        return (requests, params) if self.request_hook is None else self.request_hook(requests, params)
 
     def _request(self, row: int, prompt_ids: list, mm):
         return multimodal_request(self._prompt_cls, row, prompt_ids, mm, self.vision_language, self.image_limit)
@@ -430,6 +436,9 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             engine.reset_encoder_cache()
 
     # --------------------------------------------------------------- sleep mode
+    def can_sleep(self) -> bool:
+        return self.sleep_enabled
+
     def sleep(self) -> dict:
         """GPU with rollout.enable_sleep_mode: release the KV cache and the weights (level 2, the
         weights come back with the next sync) or, never synced from a module, offload the weights

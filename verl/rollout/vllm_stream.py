@@ -2,13 +2,13 @@
 once, each batch handed back as soon as its own requests are done (asynchronous training with
 `async_training.streaming`, docs/async.md).
 
-    stream = VLLMStream(engine)                        # engine: a VLLMRollout
+    stream = VLLMStream(engine, weights)               # engine: a VLLMRollout; weights: the run's WeightSync
     ticket = stream.submit(prompts, sampling)          # queued in the engine; returns at once
-    batch = stream.collect(ticket, between_steps=hook) # steps the engine until that batch is done; the
-                                                       # other tickets' requests decode in the same steps
+    batch, stats = stream.collect(ticket, between_steps=hook)  # steps the engine until that batch is done;
+                                                       # the other tickets' requests decode in the same steps
     batch = stream.generate(prompts, sampling)         # submit + collect (validation, extra rollouts)
-    stream.sync_weights(model, version=3)              # between two steps: requests in flight go on
-                                                       # with the new weights
+    stream.sync_weights(model)                         # between two steps: requests in flight go on
+                                                       # with the new weights (version: weights.synced)
 
 Why: `LLM.generate` returns only when every request it was given is done, so with one batch per call
 the engine runs the long tail of each batch nearly empty, and the next batch waits for it. Here the
@@ -37,6 +37,7 @@ from typing import Callable, Optional
 
 from verl.batch import Batch
 from verl.rollout.base import SamplingParams
+from verl.roles import RolloutRole
 
 
 @dataclass
@@ -56,16 +57,28 @@ class Ticket:
         return self.left == 0
 
 
-class VLLMStream:
-    def __init__(self, engine, version: int = 0):
-        self.engine = engine
-        self.version = version  # the weights version the engine holds (set by sync_weights)
+class VLLMStream(RolloutRole):
+    def __init__(self, engine, weights=None):
+        """weights: the WeightSync whose `synced` is the engine's weights version (the asynchronous producer's);
+        None: the stream counts versions itself, from sync_weights(model, version)."""
+        self.engine, self.weights = engine, weights
+        self._version = 0
         self.tickets: dict[int, Ticket] = {}
-        self.last_collect: dict = {}  # steps, step_s, hook_s, requests_mean of the last collect
         self._ids = itertools.count()
         from vllm.sampling_params import RequestOutputKind
 
         self._final_only = RequestOutputKind.FINAL_ONLY
+
+    def follow(self, weights) -> None:
+        """Read the engine's weights version from `weights` (a WeightSync) from now on."""
+        self.weights = weights
+
+    @property
+    def version(self) -> int:
+        """The weights version the engine holds."""
+        if self.weights is not None:
+            return self.weights.synced or 0
+        return self._version
 
     @property
     def _core(self):
@@ -103,10 +116,13 @@ class VLLMStream:
         ticket.left -= 1
 
     def collect(self, ticket: Ticket, between_steps: Optional[Callable[[], None]] = None,
-                timeout_s: float = 3600.0) -> Batch:
+                timeout_s: float = 3600.0) -> tuple[Batch, dict]:
         """Step the engine until `ticket`'s requests are all done (outputs of other tickets are kept
         for them), calling `between_steps()` before every step (the producer syncs weights and submits
-        newly allowed batches there). Raises if the engine runs dry first, or after `timeout_s`."""
+        newly allowed batches there). Raises if the engine runs dry first, or after `timeout_s`.
+        Returns the batch and where the collect's time went: engine steps, their seconds, the hook's
+        seconds between them (weight syncs, submissions) and the requests in the engine summed over the
+        steps (all batches: how full the steps were)."""
         if ticket.id not in self.tickets:
             raise RuntimeError(f"batch {ticket.id} was already collected or aborted")
         deadline = time.monotonic() + timeout_s
@@ -131,10 +147,7 @@ class VLLMStream:
                                    f"({ticket.left} requests left)")
         call_end = time.perf_counter()
         del self.tickets[ticket.id]
-        # Where the collect's time went: engine steps, the hook between them (weight syncs, submissions),
-        # and how full the steps were (requests in the engine, all batches, averaged over the steps).
-        self.last_collect = {"steps": steps, "step_s": step_s, "hook_s": hook_s,
-                             "requests_mean": requests / steps if steps else 0.0}
+        stats = {"steps": steps, "step_s": step_s, "hook_s": hook_s, "requests": requests}
         # marks: the collect's own span is the "engine call" (the submission came earlier, while other
         # batches generated: counting from it would charge their time to verl's side of the call)
         batch = self.engine.rollout_from_outputs(ticket.prompts, ticket.sampling, ticket.outputs,
@@ -143,17 +156,18 @@ class VLLMStream:
         last = [v for v in ticket.last_versions for _ in range(per_sample)]
         extra = batch.extra or [{} for _ in range(len(batch))]
         return batch.replace(extra=[dict(e, policy_version=ticket.version, policy_version_last=v)
-                                    for e, v in zip(extra, last)])
+                                    for e, v in zip(extra, last)]), stats
 
     def generate(self, prompts: Batch, sampling: SamplingParams) -> Batch:
-        return self.collect(self.submit(prompts, sampling))
+        return self.collect(self.submit(prompts, sampling))[0]
 
     def sync_weights(self, model, version: Optional[int] = None) -> dict:
         """The engine's in-place reload, between two steps (requests in flight keep their KV cache and
-        go on with the new weights); `version`: the weights version the engine holds afterwards."""
+        go on with the new weights); `version`: the weights version the engine holds afterwards, where the
+        stream counts them itself (with a WeightSync, that object records it)."""
         metrics = self.engine.sync_weights(model)
         if version is not None:
-            self.version = version
+            self._version = version
         return metrics
 
     def abort_all(self) -> None:
@@ -163,5 +177,24 @@ class VLLMStream:
         if ids:
             self._core.abort_request(ids)
 
-    def __getattr__(self, name):  # metrics(), sleep(), tokenizer, ...: the engine's own
-        return getattr(self.engine, name)
+    # The rest of RolloutRole is the engine's own.
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+    def can_sleep(self) -> bool:
+        return self.engine.can_sleep()
+
+    def unbacked_bytes(self) -> int:
+        return self.engine.unbacked_bytes()
+
+    def metrics(self) -> dict:
+        return self.engine.metrics()
+
+    def state_dict(self) -> dict:
+        return self.engine.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.engine.load_state_dict(state)

@@ -1,11 +1,13 @@
 """Turning sequence-level scores into the token-level quantities the losses need.
 
-Pure functions of a Batch: where the reward sits, KL in the reward, advantages.
+Pure functions of a Batch (they read it and write nothing): where the reward sits, KL in the reward,
+advantages. `advantage_values` returns an AdvantageValues record; the trainer's advantages stage puts
+its tensors into the batch the updates read.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -32,9 +34,19 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return out * (response_mask.sum(dim=1, keepdim=True) > 0)
 
 
-def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float, reward_weights: Optional[list] = None,
-                   score_mask=None) -> tuple[Batch, dict]:
-    """Fill token_level_scores/rewards, advantages and returns.
+class AdvantageValues(NamedTuple):
+    """The advantages stage's values, each (B, R) float32 but the metrics."""
+
+    token_level_scores: torch.Tensor   # the sequence scores on their last counted token
+    token_level_rewards: torch.Tensor  # the same minus the KL penalty where it is in the reward
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    metrics: dict                      # actor/advantage_mean, and the in-reward KL and coefficient
+
+
+def advantage_values(batch: Batch, algorithm_cfg, kl_coef: float, reward_weights: Optional[list] = None,
+                     score_mask=None) -> AdvantageValues:
+    """token_level_scores/rewards, advantages and returns of `batch`.
 
     token_level_rewards = scores on the last token - kl_coef * KL(old || ref) per token
     (when use_kl_in_reward); outcome estimators use its per-sequence sum. `reward_weights`:
@@ -48,26 +60,25 @@ def add_advantages(batch: Batch, algorithm_cfg, kl_coef: float, reward_weights: 
     # reward and KL penalty, then rejection, then the estimator over the tokens that remain)
     score_mask = mask if score_mask is None else score_mask
     metrics = {}
-    batch.token_level_scores = place_on_last_token(batch.scores, score_mask)
+    token_scores = place_on_last_token(batch.scores, score_mask)
     if a.use_kl_in_reward:
-        batch.token_level_rewards, mean_kl = apply_kl_in_reward(
-            batch.token_level_scores, batch.old_log_probs, batch.ref_log_probs, score_mask, kl_coef, a.kl_estimator)
+        token_rewards, mean_kl = apply_kl_in_reward(
+            token_scores, batch.old_log_probs, batch.ref_log_probs, score_mask, kl_coef, a.kl_estimator)
         metrics["actor/kl_in_reward"] = float(mean_kl)
         metrics["actor/kl_coef"] = kl_coef
     else:
-        batch.token_level_rewards = batch.token_level_scores
+        token_rewards = token_scores
     advantages, returns = compute_advantages(
-        a.adv_estimator, token_rewards=batch.token_level_rewards, values=batch.values,
-        scores=batch.token_level_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
+        a.adv_estimator, token_rewards=token_rewards, values=batch.values,
+        scores=token_rewards.sum(dim=1), baseline_scores=batch.baseline_scores, mask=mask,
         group_ids=batch.group_id, gamma=a.gamma, lam=a.lam, norm_adv_by_std=a.norm_adv_by_std_in_grpo,
         gpg_alpha=a.gpg_alpha, group_of_one=a.group_of_one,
         reward_parts=batch.reward_parts, reward_weights=reward_weights, old_log_probs=batch.old_log_probs,
         sum_pi_squared=batch.sum_pi_squared, is_weights=batch.is_weights)
     if ESTIMATORS[a.adv_estimator].whiten:  # gae: PPO normalises advantages per batch
         advantages = masked_whiten(advantages, mask)
-    batch.advantages, batch.returns = advantages, returns
     metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
-    return batch, metrics
+    return AdvantageValues(token_scores, token_rewards, advantages, returns, metrics)
 
 
 def policy_kl(batch: Batch) -> float:

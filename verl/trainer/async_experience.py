@@ -3,7 +3,7 @@ most k = `async_training.max_staleness` updates behind (version >= i - k), while
 batch i - 1 (docs/async.md).
 
     source = AsyncExperience(stage, lock, model=actor_module, counters=counters, cfg=config.async_training,
-                             device=device, seed=config.seed)
+                             device=device, seed=config.seed, tokenizer=tokenizer)
     experience = source.next()     # Experience(batch, metrics, version), from the queue (starts the producer)
 
 Each sample is tagged with the policy version that produced it (extra["policy_version"]); the trainer drops
@@ -11,10 +11,12 @@ samples older than the bound (counted) and corrects the rest with the importance
 `rollout.tis_cap` / `rollout.is_mode`. With k = 0 the producer waits for each update, so the run is the
 synchronous one, bit for bit.
 
-The producer loop (`_produce`) is the one of every asynchronous source: wait for batch i's turn, prepare
-it (sync the engine, draw its prompts), seed step i, run the stage, finish it (tags, metrics), queue it.
-Partial rollouts (partial_experience.py) and streaming (streaming_experience.py) change how a batch is
-prepared, generated and finished, not the loop.
+One class for every asynchronous mode: the producer loop (`_produce`) waits for batch i's turn, takes its
+prompts from the generation mode (verl/trainer/generation_modes.py: whole batches, segments with
+partial_rollout, or a stream of batches with streaming), runs the stage over the engine generating with
+that mode, tags the samples and queues the batch. The versions, the update lock and the update events are
+one WeightSync (verl/trainer/weight_sync.py) shared with the mode. The producer never reseeds torch's
+global generator: each step's sampling carries its draw seed (verl/trainer/step_seed.py).
 
 Checkpoints in asynchronous mode do not hold the queued batches: they save the prompt loader's position
 before the first batch not yet trained on, so a resume regenerates those batches (from the same prompts
@@ -23,19 +25,15 @@ and per-step seeds).
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
 
-from verl.trainer.engine_stream import producer_stream, update_event, wait_for
+from verl.trainer.engine_stream import producer_stream
 from verl.trainer.experience_source import Experience
+from verl.trainer.generation_modes import Segments, Stopped, Stream, WholeBatches
 from verl.trainer.locked_engine import LockedEngine
-from verl.trainer.step_seed import step_seed
-
-
-class Stopped(Exception):
-    """Raised inside a generation once the source is closed: the producer leaves its batch."""
+from verl.trainer.weight_sync import WeightSync
 
 
 class ConsumedData:
@@ -53,44 +51,51 @@ class ConsumedData:
 
 
 class AsyncExperience:
-    def __init__(self, stage, lock, *, model, counters, cfg, device, seed: int):
-        """stage: the RolloutStage (over the engine itself); lock: the engine's lock, which the trainer's
-        thread takes too (validation: verl/trainer/locked_engine.py); model: the actor's module (synced
-        into the engine); counters: the run's RunCounters (the step being trained); cfg: the async_training
-        section; device: the trainer's (the producer's CUDA stream); seed: the run's (step_seed)."""
-        self.stage, self.model, self.counters, self.device, self.seed = stage, model, counters, device, seed
+    def __init__(self, stage, lock, *, model, counters, cfg, device, seed: int, tokenizer=None):
+        """stage: the RolloutStage (over the engine itself, or with streaming the VLLMStream over it); lock: the
+        engine's lock, which the trainer's thread takes too (validation: verl/trainer/locked_engine.py);
+        model: the actor's module (synced into the engine); counters: the run's RunCounters (the step being
+        trained); cfg: the async_training section; device: the trainer's (the producer's CUDA stream);
+        seed: the run's (each step's sampling carries its draw_seed); tokenizer: for segments."""
+        self.stage, self.counters, self.device, self.seed = stage, counters, device, seed
         self.engine = LockedEngine(stage.engine, lock, cfg.timeout_s)  # the producer's syncs and generations take the lock
         self.prompts = stage.prompts
         self.k, self.timeout_s = cfg.max_staleness, cfg.timeout_s
         self.priority = cfg.engine_priority  # the CUDA stream of the producer's engine work (engine_stream.py)
-        self.update_done = None  # CUDA event of the last update's end, where the producer has a stream of its own
+        self.weights = WeightSync(self.engine, model, timeout_s=cfg.timeout_s, device=device, priority=self.priority,
+                                  version=counters.global_step)
+        self.stop = threading.Event()
+        self.mode = self._mode(cfg, stage.engine, tokenizer)
         self.engine_cuda_stream = None  # the producer's own CUDA stream (engine_priority: high), once it runs
         self.drawn_lock = threading.Lock()  # guards `drawn` (and the loader's position with it)
         self.data = ConsumedData(self)
-        self.version = 0  # updates whose weights the producer may use (published by next)
-        self.cond = threading.Condition()
-        self.updating_lock = threading.Lock()
-        self.weights_version = 0  # updates the actor's weights hold (counted under updating_lock)
         self.items: queue.Queue = queue.Queue(maxsize=self.k + 1)
         self.thread = None
-        self.producer = None  # the stage the producer runs (over its own view of the engine)
-        self.stop = threading.Event()
         self.drawn = []  # loader states before each batch drawn and not yet trained on, oldest first
         self.dropped = 0
-        self.synced = None  # the weights version the engine holds
+
+    def _mode(self, cfg, engine, tokenizer):
+        """The generation mode of async_training (verl/trainer/generation_modes.py)."""
+        if cfg.streaming:
+            engine.follow(self.weights)  # the stream tags its submissions with the version the WeightSync records
+            return Stream(engine, self.weights, self._draw, self.k, self.stop, self.timeout_s,
+                          self.stage.sampling.base)
+        if cfg.partial_rollout and self.k > 0:  # at k = 0 no update lands during a generation
+            return Segments(engine, self.weights, self._draw, cfg.segment_tokens, tokenizer)
+        return WholeBatches(engine, self.weights, self._draw)
+
+    @property
+    def synced(self):
+        """The weights version the engine holds (None before the producer's first sync)."""
+        return self.weights.synced
 
     # ------------------------------------------------------------------ producer
     def _start(self) -> None:
-        self.weights_version = self.counters.global_step
+        self.weights.actor = self.counters.global_step
         self.next_index = self.counters.global_step
-        self.producer = self.stage.with_engine(self._producer_engine())
+        self.producer = self.stage.with_engine(self.engine.generating_with(self.mode))
         self.thread = threading.Thread(target=self._producer_main, name="verl-async-rollout", daemon=True)
         self.thread.start()
-
-    def _producer_engine(self):
-        """The engine the producer's stage generates with: the engine under the lock (partial rollouts and
-        streaming generate their own way under it: LockedEngine.generating_with)."""
-        return self.engine
 
     def _producer_main(self) -> None:
         """The producer thread: `_produce` on the CUDA stream its engine work runs on."""
@@ -98,67 +103,28 @@ class AsyncExperience:
             self.engine_cuda_stream = stream  # None: the stream the engine picks (normal priority)
             self._produce()
 
-    def _sync_to_newest(self, wait: bool = True) -> int:
-        """Sync the engine to the actor's weights if they are newer than its own; never in the middle
-        of an update (`wait`: for it to end, at most async_training.timeout_s; else keep the engine's
-        weights). The engine's version."""
-        if not (self.updating_lock.acquire(timeout=self.timeout_s) if wait else self.updating_lock.acquire(False)):
-            if wait:
-                raise TimeoutError(f"the actor's update held its weights for {self.timeout_s:g} s "
-                                   "(async_training.timeout_s); the producer could not sync the engine")
-            return self.synced
-        try:
-            version = self.weights_version  # what the weights are now (an update may have ended meanwhile)
-            if self.synced != version:
-                wait_for(self.update_done)  # a stream of its own: after the update's last kernels
-                self.engine.sync_weights(self.model)
-                self.synced = version
-        finally:
-            self.updating_lock.release()
-        return self.synced
-
-    def _wait_for_turn(self, i: int) -> bool:
-        """Wait until batch i may be generated (the published version >= i - k: weights at most k
-        updates old); False once the source is closed."""
-        with self.cond:
-            while self.version < i - self.k and not self.stop.is_set():
-                self.cond.wait(timeout=1.0)
-        return not self.stop.is_set()
-
     def _draw(self):
         """The next batch's prompts, its loader position kept until it is trained on."""
         with self.drawn_lock:
             self.drawn.append(self.prompts.state_dict())
             return self.prompts.next_batch()
 
-    def _prepare(self, i: int):
-        """Before batch i: (its prompts, what `_finish` needs). Here: the engine synced to the newest
-        weights (waiting for an update in progress), the prompts drawn; the version they are generated with."""
-        version = self._sync_to_newest()
-        return self._draw(), version
-
-    def _finish(self, batch, metrics: dict, version) -> int:
-        """After batch i's generation: its tags and metrics; the version it counts as (the oldest weights
-        in it)."""
-        for e in batch.extra:
-            e["policy_version"] = version  # the oldest weights in the sample (partial: its first tokens)
-        return version
-
-    def _producer_done(self) -> None:
-        """The producer leaves (on its own thread): nothing to release here."""
-
     def _produce(self) -> None:
+        """Wait for batch i's turn, take its prompts (the mode syncs the engine as it needs), run the stage
+        (the step's sampling carries its draw seed: no global reseeding on this thread), tag it, queue it."""
         try:
             while not self.stop.is_set():
                 i = self.next_index
-                if not self._wait_for_turn(i):
+                if not self.weights.wait_for_turn(i, self.k, self.stop):
                     return
-                prompts, context = self._prepare(i)
-                step_seed(self.seed, i)  # as the synchronous step seeds itself
+                prompts = self.mode.prompts_for(i)
+                prepared = self.weights.synced
                 started = time.perf_counter()
                 batch, metrics = self.producer.run(prompts, i)
                 metrics["timing_s/async_generate"] = time.perf_counter() - started
-                version = self._finish(batch, metrics, context)
+                for e in batch.extra:  # the oldest weights in the sample (partial: its first tokens)
+                    e.setdefault("policy_version", prepared)
+                version = min(e["policy_version"] for e in batch.extra)
                 self.next_index = i + 1
                 self._put(Experience(batch, metrics, version))
         except Stopped:
@@ -166,7 +132,7 @@ class AsyncExperience:
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops with it
             self._put(exc)
         finally:
-            self._producer_done()
+            self.mode.close()
 
     def _put(self, item) -> None:
         """Queue `item`, waiting while the queue is full, until the source is closed (never forever)."""
@@ -185,9 +151,7 @@ class AsyncExperience:
         # The weights of every update so far are the actor's now: the producer may use them. Published
         # here, when the trainer asks for its next batch (not right after the update), so that with k = 0
         # nothing generates while the rest of a step (logging, validation, checkpoints) runs.
-        with self.cond:
-            self.version = step
-            self.cond.notify_all()
+        self.weights.publish(step)
         deadline = time.monotonic() + self.timeout_s
         waited = time.perf_counter()
         while True:
@@ -212,12 +176,8 @@ class AsyncExperience:
                                  "timing_s/async_wait": time.perf_counter() - waited})
             return item
 
-    @contextlib.contextmanager
     def updating(self):
-        with self.updating_lock:
-            yield
-            self.update_done = update_event(self.device, self.priority)
-            self.weights_version += 1
+        return self.weights.updating()
 
     def after_update(self) -> dict:
         """The batch is trained on: a resume no longer redoes it. The weights reach the engine before the
@@ -233,8 +193,7 @@ class AsyncExperience:
 
     def close(self) -> None:
         self.stop.set()
-        with self.cond:
-            self.cond.notify_all()
+        self.weights.wake_all()
         while True:  # unblock a producer waiting to put
             try:
                 self.items.get_nowait()

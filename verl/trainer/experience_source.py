@@ -7,8 +7,8 @@ runs ahead of the update by at most `async_training.max_staleness` policy versio
     with source.updating(): ...          # 6. the actor update (the producer never syncs mid-update)
     metrics = source.after_update()      # 7. the new weights reach the engine: now, or before its next batch
 
-Every source runs a RolloutStage (verl/trainer/rollout_stage.py); the asynchronous ones
-(verl/trainer/async_experience.py, partial_experience.py, streaming_experience.py) share one producer loop.
+Every source runs a RolloutStage (verl/trainer/rollout_stage.py); the asynchronous one
+(verl/trainer/async_experience.py) is composed with a generation mode (whole batches, segments, stream).
 
 Synchronous: generate with the last update's weights, put the engine to sleep for the update
 (verl/trainer/sleep_policy.py), sync after it (the hybrid engine).
@@ -104,15 +104,7 @@ def build_experience_source(config, stage, lock, *, model, counters, sleep, devi
     a = config.async_training
     if not a.enable:
         return SyncExperience(stage, counters, sleep, model, config.rollout.verify_sync_every)
-    args = dict(model=model, counters=counters, cfg=a, device=device, seed=config.seed)
-    if a.streaming:
-        from verl.trainer.streaming_experience import StreamingExperience
-
-        return StreamingExperience(stage, lock, **args)
-    if a.partial_rollout and a.max_staleness > 0:  # at k = 0 no update lands during a generation
-        from verl.trainer.partial_experience import PartialExperience
-
-        return PartialExperience(stage, lock, tokenizer=tokenizer, **args)
     from verl.trainer.async_experience import AsyncExperience
 
-    return AsyncExperience(stage, lock, **args)
+    return AsyncExperience(stage, lock, model=model, counters=counters, cfg=a, device=device, seed=config.seed,
+                           tokenizer=tokenizer)

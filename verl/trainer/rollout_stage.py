@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 
 from verl.batch import Batch
+from verl.trainer.stage_fields import check_filled
 from verl.trainer.timer import stage
 
 
@@ -44,6 +45,7 @@ class RolloutStage:
         self.hooks.mask_responses(batch)
         metrics.update(self.engine.metrics())  # e.g. agent/* for multi-turn rollouts
         metrics.update(reward_metrics)
+        check_filled(batch, "rollout")
         return batch, metrics
 
     def _sample_and_score(self, prompts: Batch, sampling, reward_metrics: dict) -> Batch:

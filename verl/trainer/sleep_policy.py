@@ -43,20 +43,9 @@ def sleep_needed(need_tokens: int, awake_budgets: list[Optional[int]]) -> bool:
     return not awake_budgets or any(b is None or need_tokens > b for b in awake_budgets)
 
 
-def engine_can_sleep(rollout) -> bool:
-    """Whether the rollout engine (or the one a wrapper such as the multi-turn rollout drives) has
-    a sleep mode that frees memory: vLLM and SGLang on a GPU with rollout.enable_sleep_mode."""
-    seen = 0
-    while rollout is not None and seen < 4:  # wrapper -> engine: a short chain
-        if hasattr(rollout, "sleep_enabled"):
-            return bool(rollout.sleep_enabled)
-        rollout, seen = getattr(rollout, "engine", None), seen + 1
-    return False
-
-
 class SleepPolicy:
     def __init__(self, when: str, workers: list, mini_rows: Optional[int], packed: bool, can_sleep: bool = True):
-        """workers: the trainer's model roles (actor, and reference / critic where present);
+        """workers: the trainer's model roles (verl.roles.ModelRole: actor, and reference / critic where present);
         mini_rows: training.mini_batch_size (None: the whole batch); can_sleep: the engine has a
         sleep mode (without one, sleep() is a no-op and there is nothing to decide or log)."""
         self.when, self.workers, self.mini_rows, self.packed = when, workers, mini_rows, packed
@@ -66,14 +55,13 @@ class SleepPolicy:
     def for_run(cls, config, workers: list, engine) -> "SleepPolicy":
         """The policy of a run: rollout.sleep_when over the model roles (the actor first), counted as the
         actor's micro-batching counts tokens (packed or padded), for `engine`."""
-        micro = getattr(workers[0], "micro", None)
         return cls(config.rollout.sleep_when, workers, config.training.mini_batch_size,
-                   packed=bool(micro is not None and micro.packed), can_sleep=engine_can_sleep(engine))
+                   packed=workers[0].packs_sequences(), can_sleep=engine.can_sleep())
 
     def wanted(self, batch: Batch) -> bool:
         if self.decided is None:
             need = mini_batch_tokens(batch, self.mini_rows or len(batch), self.packed)
-            budgets = [self._awake_budget(w) for w in self.workers]
+            budgets = [w.awake_token_budget() for w in self.workers]
             self.decided = sleep_needed(need, budgets)
             if all(b is None for b in budgets):
                 return True  # nothing to decide on (CPU, set micro-batching, Ray): sleep as always, no log line
@@ -83,10 +71,3 @@ class SleepPolicy:
                   f"tokens; the workers' token budgets beside the awake engine: {shown}; "
                   "rollout.sleep_when: always sleeps every step)", flush=True)
         return self.decided
-
-    @staticmethod
-    def _awake_budget(worker) -> Optional[int]:
-        budget = getattr(worker, "budget", None)
-        if budget is None or getattr(budget, "tokens", None) is not None:
-            return None  # no derived budget, or one already derived (what the memory was then is unknown)
-        return budget.estimate()[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Optional
 
 import torch
 
@@ -36,8 +37,9 @@ from verl.config import Config
 from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
+from verl.roles import PiOld
 from verl.rollout.agent_parts import agent_tool_schemas
-from verl.trainer.advantage_math import add_advantages, policy_kl
+from verl.trainer.advantage_math import advantage_values, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
 from verl.trainer.experience_source import build_experience_source, run_engines
@@ -46,6 +48,7 @@ from verl.trainer.rollout_stage import RolloutStage
 from verl.trainer.sleep_policy import SleepPolicy
 from verl.trainer.stage_memory import CudaCounters, StageMemory
 from verl.trainer.step_sampling import StepSampling
+from verl.trainer.stage_fields import check_filled
 from verl.trainer.step_result import StepResult
 from verl.trainer.step_seed import step_seed
 from verl.trainer.timer import StageTimer, stage
@@ -80,7 +83,7 @@ class Trainer:
         # the rollout correction (algorithm.rollout_correction or rollout.tis_cap): verl/algorithms/off_policy.py
         self.correction = correction_spec(cfg.rollout, cfg.algorithm.rollout_correction)
         self.sampling = StepSampling(cfg.rollout, cfg.async_training.enable,  # with or without engine log-probs
-                                     correction=self.correction.enabled)
+                                     correction=self.correction.enabled, seed=cfg.seed)
         self.algorithm = AlgorithmHooks(cfg.algorithm, self.sampling.base, self.correction)  # special cases
         # The roles, in this process or as Ray worker groups: the same methods either way.
         self.backend = build_backend(cfg)
@@ -90,6 +93,7 @@ class Trainer:
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         # The asynchronous producer's generation and syncs, and this thread's validation, one at a time.
         engine_lock = threading.RLock()
+        self.rollout_engine = roles.rollout  # the engine itself, under any wrapper of the asynchronous sources
         stage_engine, self.rollout = run_engines(roles.rollout, cfg.async_training, engine_lock)
         self.timer = StageTimer(StageMemory(CudaCounters(self.device, unbacked=self.rollout.unbacked_bytes))
                                 if self.device.type == "cuda" else None)
@@ -135,7 +139,7 @@ class Trainer:
         self._seed_step()
         experience = self.experience.next()                               # 1-2. sample, score (now or ahead)
         batch = experience.batch
-        self.compute_old_log_probs(batch)                                 # 3. log pi_old, log pi_ref, V
+        pi_old = self.compute_old_log_probs(batch)                        # 3. log pi_old, log pi_ref, V
         self.compute_ref_log_probs(batch)
         self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
@@ -143,14 +147,14 @@ class Trainer:
         batch = self.compute_advantages(batch, score_mask)                # 4. (pf_ppo: a resampled batch)
         experience.batch = batch  # the step's metrics are of the batch trained on, as real verl's
         self.update_critic(batch)                                         # 5.
-        self.update_actor(batch)                                          # 6.
+        pi_old = self.update_actor(batch, pi_old)                         # 6. (a deferred pi_old: from it)
         self.train_data.after_step(batch, self.global_step + 1)           # a curriculum sampler's update(batch)
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
         # the adaptive coefficient steers the KL the reward was penalised with (when it is)
         measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
         self.kl_ctrl.update(policy_kl(batch) if measured is None else measured, n_steps=len(batch))
         self.counters.global_step += 1
-        return StepResult(self._summarize(experience), batch)
+        return StepResult(self._summarize(experience, pi_old.entropy if pi_old else None), batch)
 
     def _new_run(self):
         """The Run of this Trainer's parts (verl/trainer/run.py): it restores where the run starts, holds the
@@ -162,22 +166,26 @@ class Trainer:
                    resume_point=self.resume_point, device=self.device, memory=self.timer.memory)
 
     # ----------------------------------------------------------------- stages
-    def compute_old_log_probs(self, batch: Batch) -> None:
-        """log pi_old now, unless (the algorithm allowing, the actor deciding) it comes from the
-        update's own first forward: then there is no stage to time."""
+    def compute_old_log_probs(self, batch: Batch) -> Optional[PiOld]:
+        """log pi_old now (batch.old_log_probs, and sum_pi_squared where the estimator reads it; the record
+        returned holds the entropy too), unless (the algorithm allowing, the actor deciding) it comes from
+        the update's own first forward: then None, and there is no stage to time."""
         if self.correction.bypass:  # the engine's log-probs are pi_old: nothing to compute
             if batch.rollout_log_probs is None:
                 raise RuntimeError("algorithm.rollout_correction.bypass_mode: the engine returned no log-probs "
                                    "of the sampled tokens")
-            batch.old_log_probs, self.actor.last_entropy = batch.rollout_log_probs, None
-            return
+            batch.old_log_probs = batch.rollout_log_probs
+            return PiOld(batch.rollout_log_probs, None)
         may_defer = self.algorithm.may_defer_pi_old(self.global_step)
-        if not self.actor.defers_old_log_probs(batch, may_defer):
-            self._old_log_probs(batch, may_defer)
+        if self.actor.defers_old_log_probs(batch, may_defer):
+            return None
+        return self._old_log_probs(batch, may_defer)
 
     @stage("old_log_prob")
-    def _old_log_probs(self, batch: Batch, may_defer: bool) -> None:
-        self.actor.compute_old_log_probs(batch, may_defer)
+    def _old_log_probs(self, batch: Batch, may_defer: bool) -> PiOld:
+        pi_old = self.actor.compute_old_log_probs(batch, may_defer)
+        batch.old_log_probs, batch.sum_pi_squared = pi_old.log_probs, pi_old.sum_pi_squared
+        return pi_old
 
     @stage("ref_log_prob")
     def compute_ref_log_probs(self, batch: Batch) -> None:
@@ -219,8 +227,10 @@ class Trainer:
         """Fills the batch's rewards, advantages and returns; returns the batch the update trains on: this one,
         or with algorithm.pf_ppo its rows resampled by their scores (verl/algorithms/pf_ppo.py)."""
         a = self.config.algorithm
-        _, self._parts["advantages"] = add_advantages(batch, a, self.kl_ctrl.value, self.reward_weights,
-                                                      score_mask=score_mask)
+        v = advantage_values(batch, a, self.kl_ctrl.value, self.reward_weights, score_mask=score_mask)
+        batch.token_level_scores, batch.token_level_rewards = v.token_level_scores, v.token_level_rewards
+        batch.advantages, batch.returns, self._parts["advantages"] = v.advantages, v.returns, v.metrics
+        check_filled(batch, "advantages")
         if not a.pf_ppo.enable:
             return batch
         index = pf_ppo_indices(batch.token_level_scores.sum(dim=1), a.pf_ppo.reweight_method, a.pf_ppo.weight_pow)
@@ -232,9 +242,20 @@ class Trainer:
         self._parts["critic"] = self.critic.update(batch) if self.critic is not None else {}
 
     @stage("update_actor")
-    def update_actor(self, batch: Batch) -> None:
+    def update_actor(self, batch: Batch, pi_old: Optional[PiOld]) -> Optional[PiOld]:
+        """The policy update (none in critic warm-up); returns pi_old: the one given, or with pi_old
+        deferred (None given) the one the update's first forward took (batch.old_log_probs then set)."""
         with self.experience.updating():  # an asynchronous rollout does not read the weights meanwhile
-            self._parts["actor"] = self.actor.update(batch) if self.algorithm.updates_actor(self.global_step) else {}
+            if not self.algorithm.updates_actor(self.global_step):
+                self._parts["actor"] = {}
+            elif pi_old is None:
+                self._parts["actor"], pi_old = self.actor.update_taking_pi_old(batch)
+                batch.old_log_probs = pi_old.log_probs
+            else:
+                self._parts["actor"] = self.actor.update(batch)
+        if pi_old is not None:  # critic warm-up with pi_old deferred: none was taken (nothing reads it)
+            check_filled(batch, "old_log_prob")
+        return pi_old
 
     def _seed_step(self) -> None:
         """Each step's randomness derives from (seed, step): reruns and resumes sample alike."""
@@ -242,9 +263,10 @@ class Trainer:
         self._parts = {}  # metrics of the stages, by stage
 
     # ---------------------------------------------------------------- metrics
-    def _summarize(self, experience) -> dict:
+    def _summarize(self, experience, entropy) -> dict:
+        """The step's metrics; entropy: the policy's (B, R) from the pi_old pass (None in bypass mode)."""
         batch = experience.batch
-        mask, entropy = batch.response_mask, self.actor.last_entropy
+        mask = batch.response_mask
         lengths = batch.attention_mask[:, batch.prompt_length:].sum(dim=1).float()
         n_tokens = float(batch.attention_mask.sum())
         m = {

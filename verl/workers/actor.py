@@ -17,14 +17,17 @@ What the trainer calls (a `critic.share_actor` run gets an `ActorWithValueHead`,
 
     Actor.from_config(config, device)               the sections it needs, picked from Config
     actor.defers_old_log_probs(batch, may_defer)     True: pi_old will come from the update
-    actor.compute_old_log_probs(batch, may_defer)    batch.old_log_probs, actor.last_entropy (B, R)
-    actor.update(batch) -> metrics                   fills both when they were deferred
+    actor.compute_old_log_probs(batch, may_defer)    PiOld(log_probs, entropy, ...) (B, R); None deferred
+    actor.update(batch) -> metrics                   fills batch.old_log_probs when it was deferred
+    actor.update_taking_pi_old(batch)                (metrics, PiOld) when pi_old was deferred
     actor.model / state_dict() / load_state_dict()   weights; optimizer, scheduler, shuffler
+(the ActorRole protocol of verl/roles.py)
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Optional
 
 import torch
 
@@ -35,6 +38,7 @@ from verl.algorithms.kl import kl_penalty
 from verl.algorithms.off_policy import CorrectionSpec, correct, correction_spec
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
+from verl.roles import PiOld
 from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, base_model, lora_enabled
 from verl.models.moe import MoeRouting
@@ -111,7 +115,6 @@ class Actor(TrainingState):
             chunk_size=t.logprob_chunk_size, keep_logits=t.logprob_keep_logits)
         self.record_routing = record_routing
         self._keep_pi_old = False  # during an update whose first forward yields pi_old
-        self.last_entropy = None  # (B, R) on CPU: of the last compute_old_log_probs or deferring update
 
     @staticmethod
     def config_kwargs(config) -> dict:
@@ -229,13 +232,14 @@ class Actor(TrainingState):
         (no KL in the reward) and that the update runs (not in critic warm-up)."""
         return may_defer and self.training.old_log_probs_from_update and self._one_step_per_batch(batch)
 
-    def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> None:
-        """Sets batch.old_log_probs and self.last_entropy, (B, R) on CPU; or, where
-        `defers_old_log_probs`, leaves both None for `update` to fill."""
+    def compute_old_log_probs(self, batch: Batch, may_defer: bool) -> Optional[PiOld]:
+        """The pi_old pass, (B, R) on CPU; None where `defers_old_log_probs` (update_taking_pi_old gives it)."""
         if self.defers_old_log_probs(batch, may_defer):
-            batch.old_log_probs = self.last_entropy = None
-            return
-        fill_pi_old(self, batch, self.algorithm.adv_estimator)
+            return None
+        return pi_old_pass(self, batch, self.algorithm.adv_estimator)
+
+    def packs_sequences(self) -> bool:
+        return self.micro.packed
 
     def _one_step_per_batch(self, batch: Batch) -> bool:
         return self.training.num_epochs == 1 and self.training.mini_batch_size >= len(batch)
@@ -249,8 +253,22 @@ class Actor(TrainingState):
             L = L_pg - entropy_coeff * H + kl_loss_coef * KL(pi || pi_ref)
 
         with every term aggregated by `loss_agg_mode` over the mini-batch's global counts.
-        batch.old_log_probs None (deferred): the first forward's detached log-probs serve as
-        pi_old, and fill batch.old_log_probs and self.last_entropy afterwards."""
+        batch.old_log_probs None (deferred): the first forward's detached log-probs serve as pi_old and
+        fill batch.old_log_probs afterwards (update_taking_pi_old returns them, with the entropy)."""
+        metrics, pi_old = self._update(batch)
+        if pi_old is not None:
+            batch.old_log_probs = pi_old.log_probs
+        return metrics
+
+    def update_taking_pi_old(self, batch: Batch) -> tuple[dict, PiOld]:
+        """The update with pi_old deferred to it: the first forward's detached log-probs serve as pi_old
+        (ratio 1, the same gradient); (metrics, that PiOld, (B, R) on CPU in the batch's row order)."""
+        if batch.old_log_probs is not None:
+            raise ValueError("Actor.update_taking_pi_old: the batch already holds old_log_probs")
+        metrics, pi_old = self._update(batch)
+        return metrics, pi_old
+
+    def _update(self, batch: Batch) -> tuple[dict, Optional[PiOld]]:
         deferred = batch.old_log_probs is None
         if deferred and not self._one_step_per_batch(batch):
             raise ValueError("Actor.update without old_log_probs needs one optimizer step per batch "
@@ -265,11 +283,11 @@ class Actor(TrainingState):
         self.optimizer_offload.offload()  # AdamW moments wait in host memory until the next update
         metrics = result.metrics
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        if deferred:  # (log-probs, entropy) (B, R) on CPU, the batch's row order
-            width = batch.response_length
-            batch.old_log_probs, self.last_entropy = (
-                torch.cat([pad_response_columns(k[i], width) for k in result.kept]).cpu() for i in (0, 1))
-        return metrics
+        if not deferred:
+            return metrics, None
+        width = batch.response_length  # (log-probs, entropy) (B, R) on CPU, the batch's row order
+        log_probs, entropy = (torch.cat([pad_response_columns(k[i], width) for k in result.kept]).cpu() for i in (0, 1))
+        return metrics, PiOld(log_probs, entropy)
 
     def _optimizers(self) -> dict:
         """{role: (optimizer, params)} stepped together by the update."""
@@ -372,11 +390,10 @@ class Actor(TrainingState):
         return task_loss + d.loss_coef * term
 
 
-def fill_pi_old(role, batch: Batch, adv_estimator: str) -> None:
-    """The no-grad pi_old pass of `role` (an Actor, or verl.distributed's ActorGroup over its ranks): sets
-    batch.old_log_probs and role.last_entropy, (B, R), and batch.sum_pi_squared (B, R) where the advantage
-    estimator reads it (the optimal token baseline)."""
+def pi_old_pass(role, batch: Batch, adv_estimator: str) -> PiOld:
+    """The no-grad pi_old pass of `role` (an Actor, or verl.distributed's ActorGroup over its ranks): log-probs
+    and entropy, (B, R), and sum_pi_squared (B, R) where the advantage estimator reads it (the optimal
+    token baseline)."""
     if ESTIMATORS[adv_estimator].needs_sum_pi_squared:
-        batch.old_log_probs, role.last_entropy, batch.sum_pi_squared = role.compute_log_probs_and_sum_pi_squared(batch)
-    else:
-        batch.old_log_probs, role.last_entropy = role.compute_log_probs(batch)
+        return PiOld(*role.compute_log_probs_and_sum_pi_squared(batch))
+    return PiOld(*role.compute_log_probs(batch))

@@ -8,6 +8,7 @@ import math
 import torch
 
 from verl.errors import ConfigError
+from verl.workers.awake_budget import AwakeBudget
 
 
 def build_optimizer(params, lr: float, weight_decay: float, device: torch.device,
@@ -160,7 +161,7 @@ class NonFiniteWeights(ConfigError):
     """A finite update overflowed the weights: a learning rate out of range (exit 2, one line)."""
 
 
-class TrainingState:
+class TrainingState(AwakeBudget):
     """`state_dict()` / `load_state_dict()` of a trainable worker's non-weight state: AdamW
     moments, learning-rate schedule and the mini-batch shuffler (`self.optimizer`,
     `self.scheduler`, `self.generator`; the generator may be None). The weights are

@@ -18,6 +18,7 @@ from verl.models.loading import torch_dtype
 from verl.models.lora import adapters_disabled, base_model, is_peft_model
 from verl.workers.compile import CompiledLayers
 from verl.workers.logprobs import response_log_probs
+from verl.workers.awake_budget import AwakeBudget
 from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
 from verl.workers.offload import IdleOffload
@@ -32,7 +33,7 @@ def frozen_copy(model: torch.nn.Module, device: torch.device, dtype: torch.dtype
     return cast_module_copy(model, device, dtype, trainable=False).eval()
 
 
-class Reference:
+class Reference(AwakeBudget):
     ROLE = "reference"  # the name its micro-batching and memory budget report under
 
     def __init__(self, model_cfg, training_cfg, device: torch.device, actor_model: torch.nn.Module,

@@ -118,6 +118,10 @@ class ActorWithValueHead(Actor):
         """The combined update: both optimizers step together (both skip on a NaN/Inf norm)."""
         return self._head_stepped(batch, super().update(batch))
 
+    def update_taking_pi_old(self, batch: Batch):
+        metrics, pi_old = super().update_taking_pi_old(batch)
+        return self._head_stepped(batch, metrics), pi_old
+
     def update_value_head(self, batch: Batch) -> dict:
         """Critic warm-up: the head alone learns, on detached hidden states; the policy (and its
         optimizer, scheduler and offloaded state) stays untouched."""
