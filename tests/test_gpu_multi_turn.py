@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from verl.trainer.example_scripts import load, provide_files, tiny_args
+from tools.real_verl_scripts.harness import load, provide_files, tiny_args
 
 pytestmark = pytest.mark.gpu
 SCRIPT = "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh"
@@ -37,7 +37,7 @@ def test_real_verls_gsm8k_multi_turn_script_trains_a_step_on_vllm(tmp_path, tiny
 def test_real_verls_geo3k_multi_turn_script_trains_a_step_on_vllm_with_images(tmp_path, tiny_gpt2):
     """The vision-language one: the tiny Qwen2.5-VL on vLLM, the image in every later context (the engine
     expands its unexpanded prompt ids plus the turns, checked against the actor's ids each call)."""
-    from verl.trainer.example_scripts import VISION_FAMILY
+    from tools.real_verl_scripts.harness import VISION_FAMILY
 
     examples = load()
     script = next(s for s in examples.scripts if s.name == "examples/sglang_multiturn/geo3k/run_qwen2.5-3b_geo3k_multiturn.sh")

@@ -7,9 +7,9 @@ import re
 import pytest
 import torch
 
+from tools.real_verl_scripts.harness import write_rows
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError, config_from_dict
-from verl.trainer.example_scripts import write_rows
 from verl.trainer.main_ppo import main
 
 

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from tools.real_verl_scripts.harness import write_rows
 from verl.compat.translate import load_translated, translate
 from verl.errors import ConfigError
 from verl.trainer import main_ppo
-from verl.trainer.example_scripts import write_rows
 from verl.trainer.preflight import MemoryRefused
 
 A, M = "actor_rollout_ref.actor", "actor_rollout_ref.actor.megatron"

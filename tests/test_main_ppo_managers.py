@@ -3,11 +3,11 @@ naive manager; prime's failed calls score 0 (reward_fn.on_error=zero)."""
 
 import pytest
 
+from tools.real_verl_scripts.harness import write_rows
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
 from verl.rewards.base import RewardError
 from verl.rewards.manager import build_reward_manager
-from verl.trainer.example_scripts import write_rows
 
 # raises on the answer "boom", else 1 if the ground truth is in the response (real verl's signature)
 REWARD_FILE = '''def compute_score(data_source, solution_str, ground_truth, extra_info=None):

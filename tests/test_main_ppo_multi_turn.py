@@ -9,9 +9,9 @@ import os
 
 import pytest
 
+from tools.real_verl_scripts.harness import TRAINS, load, outcome, provide_files, tiny_args, write_rows
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
-from verl.trainer.example_scripts import TRAINS, load, outcome, provide_files, tiny_args, write_rows
 
 SCRIPT = "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh"
 
@@ -90,7 +90,7 @@ def test_real_verls_gsm8k_multi_turn_script_trains_a_step_with_its_tool(tmp_path
 def test_real_verls_geo3k_multi_turn_script_trains_a_step_on_a_vision_language_model(tmp_path, tiny_gpt2):
     """Its Qwen2.5-VL stands in as the tiny random one, its rows are geo3k rows with an image each and
     the tool-agent fields; the multi-turn rollout keeps the image in every later context."""
-    from verl.trainer.example_scripts import VISION_FAMILY
+    from tools.real_verl_scripts.harness import VISION_FAMILY
 
     examples = load()
     name = "examples/sglang_multiturn/geo3k/run_qwen2.5-3b_geo3k_multiturn.sh"

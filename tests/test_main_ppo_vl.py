@@ -1,5 +1,5 @@
 """Real verl's vision-language keys and its geo3k reward through our main_ppo
-(verl/compat/real_verl_vision.py, verl/rewards/geo3k.py, the VL scripts of verl/trainer/example_scripts.py)."""
+(verl/compat/real_verl_vision.py, verl/rewards/geo3k.py, the VL scripts of tools/real_verl_scripts/harness.py)."""
 
 import json
 import os
@@ -7,9 +7,9 @@ import os
 import pytest
 from real_verl_runner import require_real_verl, run_real_verl
 
+from tools.real_verl_scripts import harness as es
 from verl.compat.translate import load_translated, translate
 from verl.rewards.geo3k import answers_equal, geo3k_score, is_formatted, last_boxed
-from verl.trainer import example_scripts as es
 from verl.trainer.main_ppo import main
 
 VL = "tiny:qwen2_5_vl"

@@ -70,7 +70,7 @@ def test_the_memory_plan_counts_two_bytes_a_weight_and_two_moments():
 
 def test_main_ppo_maps_real_verls_model_dtype(tmp_path):
     from verl.compat.translate import load_translated, translate
-    from verl.trainer.example_scripts import write_rows
+    from tools.real_verl_scripts.harness import write_rows
 
     data = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
     base = ["actor_rollout_ref.model.path=tiny:gpt2", f"data.train_files={data}", "trainer.total_training_steps=1",

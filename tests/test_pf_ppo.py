@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from real_verl_runner import run_real_verl
+from tools.real_verl_scripts.harness import write_rows
 from verl.algorithms.pf_ppo import pf_ppo_indices, pf_ppo_weights
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError, config_from_dict
-from verl.trainer.example_scripts import write_rows
 from verl.trainer.main_ppo import main
 
 EPS = 1e-8

@@ -1,5 +1,5 @@
-"""Key by key: for every example script of real verl that trains a step here (verl/compat/example_scripts.txt,
-with the harness's tiny sizes, verl/trainer/example_scripts.py), real verl 0.9.1's own Hydra config
+"""Key by key: for every example script of real verl that trains a step here (tools/real_verl_scripts/scripts.txt,
+with the harness's tiny sizes, tools/real_verl_scripts/harness.py), real verl 0.9.1's own Hydra config
 (ppo_trainer.yaml, or ppo_megatron_trainer.yaml for the Megatron scripts, composed with the same arguments,
 in real verl's process: tests/real_verl_oracle.py) and our translation agree on every value that changes
 training. The Megatron scripts' optimizer is read as real verl's Megatron engine reads it: lr_decay_style
@@ -17,10 +17,10 @@ import os
 import pytest
 
 from test_algorithms_real_verl import run_real_verl
+from tools.real_verl_scripts import harness as ex
 from verl.compat.real_converters import ESTIMATORS, KL_TYPES, LOSS_MODES
 from verl.compat.translate import load_translated, translate
 from verl.errors import ConfigError
-from verl.trainer import example_scripts as ex
 
 A, R, C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
 KEYS = [f"{A}.{k}" for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",

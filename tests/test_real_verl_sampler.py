@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
+from tools.real_verl_scripts.stand_ins import CURRICULUM_SAMPLER
 from verl.compat.translate import load_translated, translate
 from verl.config import DataConfig, build_section
 from verl.data.custom_sampler import SamplerOrder
 from verl.data.prompts import PromptLoader
 from verl.data.sources import DataError, PromptRow
-from verl.trainer.example_stand_ins import CURRICULUM_SAMPLER
 from verl.trainer.main_ppo import main
 
 # Real verl's test sampler (RandomCurriculumSampler: torch's RandomSampler on the global generator, no state), then
@@ -184,7 +184,7 @@ def _line(train, samplers, name, extra=()):
 
 
 def test_curriculum_sampler_trains_with_update_after_each_step(samplers, tmp_path, monkeypatch):
-    from verl.trainer.example_scripts import write_rows
+    from tools.real_verl_scripts.harness import write_rows
 
     train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=3)  # ground truths "2", "3", "4"
     monkeypatch.setenv("SAMPLER_LOG", str(tmp_path / "log.jsonl"))
@@ -198,7 +198,7 @@ def test_curriculum_sampler_trains_with_update_after_each_step(samplers, tmp_pat
 
 
 def test_sampler_keys_translate(samplers, tmp_path):
-    from verl.trainer.example_scripts import write_rows
+    from tools.real_verl_scripts.harness import write_rows
 
     train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
     cfg = load_translated(translate(_line(train, samplers, "Reversed")))
@@ -216,7 +216,7 @@ def test_sampler_keys_translate(samplers, tmp_path):
     (["+async_training.enable=true"], "data.sampler_class: a sampler orders the prompts of each step after"),
 ])
 def test_sampler_refusals_are_one_line(samplers, tmp_path, capsys, extra, named):
-    from verl.trainer.example_scripts import write_rows
+    from tools.real_verl_scripts.harness import write_rows
 
     train = write_rows(str(tmp_path / "train.parquet"), "gsm8k")
     rc = main(_line(train, samplers, "Reversed", [f"trainer.default_local_dir={tmp_path / 'out'}", *extra]))
@@ -228,7 +228,7 @@ def test_sampler_refusals_are_one_line(samplers, tmp_path, capsys, extra, named)
 def test_resumed_run_continues_the_sampler_order(samplers, tmp_path, monkeypatch):
     """main_ppo, 4 steps at once, and 2 steps then resumed to 4 (trainer.resume_mode auto): the same rows per step,
     across the epoch boundary inside step 3 (5 rows, 2 per step)."""
-    from verl.trainer.example_scripts import write_rows
+    from tools.real_verl_scripts.harness import write_rows
 
     train = write_rows(str(tmp_path / "train.parquet"), "gsm8k", n=5)
 

@@ -1,5 +1,5 @@
 """Real verl's own example scripts and its reward / config-file features through our main_ppo
-(verl/trainer/example_scripts.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
+(tools/real_verl_scripts/harness.py, verl/compat/real_rewards.py, verl/compat/config_file.py)."""
 
 import dataclasses
 import json
@@ -8,8 +8,8 @@ import os
 import pytest
 import yaml
 
-from verl.trainer.example_scripts import (TRAINS, VISION_FAMILY, doc_rows, is_vision, load, outcome, provide_files,
-                                          run_all, write_rows)
+from tools.real_verl_scripts.harness import (TRAINS, VISION_FAMILY, doc_rows, is_vision, load, outcome,
+                                            provide_files, run_all, write_rows)
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
 from verl.trainer.main_ppo import main
@@ -42,7 +42,7 @@ def test_every_script_is_translated_as_the_doc_table_says():
     found = run_all(train=False)  # translation and every check, no training: about 4 s for all
     assert set(doc) == set(found) == {s.name for s in load().scripts}
     wrong = {name: (doc[name], found[name]) for name in doc if doc[name] != found[name]}
-    assert not wrong, "run: python -m verl.trainer.example_scripts --write"
+    assert not wrong, "run: python -m tools.real_verl_scripts.harness --write"
     for name, line in doc.items():  # a refusal is main_ppo's one line for bad input, never a crash
         assert line == TRAINS or "\n" not in line and "--debug for the traceback" not in line, (name, line)
     # real verl's Megatron scripts (--config-name=ppo_megatron_trainer) train on FSDP2 here, or are refused for
@@ -113,7 +113,7 @@ def test_representative_script_trains_a_step(name, tmp_path, tiny_gpt2):
 
 
 def test_script_arguments_keep_the_original_key_set(tmp_path, tiny_gpt2):
-    from verl.trainer.example_scripts import tiny_args
+    from tools.real_verl_scripts.harness import tiny_args
 
     script = next(s for s in load().scripts if s.name == "examples/grpo_trainer/run_qwen2-7b_math.sh")
     args = tiny_args(script, str(tmp_path), tiny_gpt2, str(tmp_path / "real_verl"))

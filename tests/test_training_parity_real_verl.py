@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from test_algorithms_real_verl import PARAMS, random_mask, run_real_verl
+from tools.real_verl_scripts.harness import write_rows
 from verl.algorithms.advantages import compute_advantages
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.batch import Batch
 from verl.compat.translate import load_translated, translate
 from verl.config import ConfigError
-from verl.trainer.example_scripts import write_rows
 
 A = "actor_rollout_ref.actor"
 

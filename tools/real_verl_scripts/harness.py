@@ -1,13 +1,15 @@
 """Real verl's own example scripts, run through our `main_ppo`: the table in docs/real_verl.md.
 
-    python -m verl.trainer.example_scripts           # run them all, print the table
-    python -m verl.trainer.example_scripts --write   # ... and replace it in docs/real_verl.md
-    python -m verl.trainer.example_scripts --only lora --only pfppo   # the scripts whose name has one (no --write)
+    python -m tools.real_verl_scripts.harness           # run them all, print the table
+    python -m tools.real_verl_scripts.harness --write   # ... and replace it in docs/real_verl.md
+    python -m tools.real_verl_scripts.harness --only lora --only pfppo   # the scripts whose name has one (no --write)
+
+Run them from the repository's root: the harness is a tool of this repository, not part of the installed package.
 
 A script that trains a mixture-of-experts model (Qwen3-30B-A3B, Qwen1.5-MoE, DeepSeek-V3, ... by its
 model path, or by its name where the path came from a shell variable: `moe_family`) runs on the tiny random MoE of its family instead (verl/models/tiny.py).
 
-`verl/compat/example_scripts.txt` holds the arguments of every script under real verl's examples/ that runs
+`tools/real_verl_scripts/scripts.txt` holds the arguments of every script under real verl's examples/ that runs
 `python3 -m verl.trainer.main_ppo` (their key sets as bash passes them), and the config files
 they name. `tiny_args` replaces only what a CPU box cannot have: the models (a tiny local GPT-2
 folder; for a vision-language script, one that sets data.image_key, the tiny random Qwen2.5-VL of
@@ -18,10 +20,10 @@ responses 4 tokens, one device) and the steps (one); a saved LoRA adapter a scri
 is one saved on the stand-in model (rank 8, all-linear); further, generation runs on `hf` when vLLM
 or SGLang cannot run (not installed, or no GPU), the logger is the console (no network), checkpoints go to a
 scratch folder, and files inside real verl's tree that a script reads (a custom reward file, a dataset
-class, a sampler module named pkg://tests...: verl/trainer/example_stand_ins.py) are stand-ins with the
+class, a sampler module named pkg://tests...: tools/real_verl_scripts/stand_ins.py) are stand-ins with the
 same names and signatures; a relative data.custom_cls.path and a pkg:// sampler are read from that tree, as
 the script runs in its root. Each script then either trains a step ("trains a
-step"), or is refused with the one line main_ppo prints. tests/test_main_ppo.py translates
+step"), or is refused with the one line main_ppo prints. tests/test_real_verl_scripts.py translates
 every script and trains a representative few, and checks the table against the outcome.
 """
 
@@ -36,7 +38,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(os.path.dirname(HERE), "compat", "example_scripts.txt")
+DATA = os.path.join(HERE, "scripts.txt")
 DOC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "real_verl.md")
 BEGIN, END = "<!-- real-verl-scripts:begin -->", "<!-- real-verl-scripts:end -->"
 TRAINS = "trains a step"
@@ -314,8 +316,8 @@ def stand_in_adapter(model: str, work: str) -> str:
 
 def provide_files(examples: Examples, root: str) -> None:
     """The files inside real verl's tree (at `root`) the scripts read: the trimmed configs, stand-in rewards,
-    dataset classes and samplers (verl/trainer/example_stand_ins.py)."""
-    from verl.trainer import example_stand_ins as stand_ins
+    dataset classes and samplers (tools/real_verl_scripts/stand_ins.py)."""
+    from tools.real_verl_scripts import stand_ins
 
     texts: dict[str, str] = {}  # path -> its text (retool.py holds both a reward and a dataset class)
     for rel, text in examples.files.items():
@@ -466,7 +468,7 @@ def _only(argv: list[str]):
 
 if __name__ == "__main__":
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
-        print(__doc__.split("`verl/compat/", 1)[0].rstrip())
+        print(__doc__.split("`tools/real_verl_scripts/scripts.txt`", 1)[0].rstrip())
         sys.exit(0)
     selected = _only(sys.argv[1:])
     if selected is not None and "--write" in sys.argv[1:]:

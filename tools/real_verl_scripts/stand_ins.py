@@ -1,5 +1,5 @@
 """Stand-ins for the Python files of real verl's tree that its example scripts name as classes: written by
-verl/trainer/example_scripts.py where the scripts look for them, with the classes' names, constructor
+tools/real_verl_scripts/harness.py where the scripts look for them, with the classes' names, constructor
 signatures and what their rows hold, but reading the harness's tiny parquet files.
 
 * recipe/retool/retool.py CustomRLHFDataset (sglang_multiturn/run_qwen3_4b_dapo_multiturn.sh): a subclass of
