@@ -23,7 +23,7 @@ scratch folder, and files inside real verl's tree that a script reads (a custom 
 class, a sampler module named pkg://tests...: tools/real_verl_scripts/stand_ins.py) are stand-ins with the
 same names and signatures; a relative data.custom_cls.path and a pkg:// sampler are read from that tree, as
 the script runs in its root. Each script then either trains a step ("trains a
-step"), or is refused with the one line main_ppo prints. tests/test_real_verl_scripts.py translates
+step"), or is refused with the one line main_ppo prints. tests/real_verl/test_real_verl_scripts.py translates
 every script and trains a representative few, and checks the table against the outcome.
 """
 
