@@ -48,7 +48,7 @@ Systems:
                      package is also called `verl`); it runs from a temporary folder, never this checkout.
                      Step time and stages come from its console logger (timing_s/step; timing_s/gen ->
                      rollout_s, update_actor, update_weights -> sync_s). Ran on the H200 on 2026-12-02 (work (a):
-                     9.95 s/step against verl's 1.15); CPU-tested in tests/test_bench_real_verl.py (parquet
+                     9.95 s/step against verl's 1.15); CPU-tested in tests/benchmarks/test_bench_real_verl.py (parquet
                      files, reward, override line, log parsing); the
                      real-verl facts it relies on are read from the verl-0.9.1 wheel's sources, named beside
                      `real_verl_overrides`. flash-attn has no PyPI wheel, so the actor runs SDPA attention

@@ -1,6 +1,6 @@
 """benchmarks/e2e_grpo.py's TRL systems (trl-vllm, trl, trl-eager, trl-static, trl-bf16-static): GRPOTrainer on
 the same work, in its own process. `trl_config_kwargs` builds the GRPOConfig keywords without importing TRL
-(tested on a CPU: tests/test_bench_e2e_work.py); `worker_trl` runs the trainer and times its steps."""
+(tested on a CPU: tests/benchmarks/test_bench_e2e_work.py); `worker_trl` runs the trainer and times its steps."""
 
 from __future__ import annotations
 

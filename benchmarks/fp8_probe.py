@@ -2,7 +2,7 @@
 
     PYTHONPATH=/tmp/site:$PWD python3 benchmarks/fp8_probe.py
 
-tests/test_gpu_fp8.py found on an H100 (vLLM 0.26) that the engine's dequantized FP8 weights after a
+tests/gpu/test_gpu_fp8.py found on an H100 (vLLM 0.26) that the engine's dequantized FP8 weights after a
 sync with amax / 448 scales are not bit for bit our round trip (verl/rollout/fp8.py). This prints, for
 the first decoder layer's down_proj, the engine's FP8 method and kernel classes (and the DeepGEMM
 kernel's UE8M0 flags), then for a sync with each scale format (amax / 448 as sent before, and the

@@ -13,13 +13,13 @@
 #
 # Stages (each skipped when less time is left than it needs):
 #   versions    torch / vLLM / CUDA / transformers / TRL versions and the GPU, as JSON
-#   tests       pytest -m gpu tests/test_gpu_vllm.py (junit XML for the counts); tests-k: those that VLLM_K selects
-#   vl-tests    pytest -m gpu tests/test_gpu_vllm_vl.py (#44 item 3: vision-language vLLM: log-probs after a sync, sleep,
+#   tests       pytest -m gpu tests/gpu/test_gpu_vllm.py (junit XML for the counts); tests-k: those that VLLM_K selects
+#   vl-tests    pytest -m gpu tests/gpu/test_gpu_vllm_vl.py (#44 item 3: vision-language vLLM: log-probs after a sync, sleep,
 #               frozen tower, GRPO via the CLI on tiny:qwen2_5_vl / tiny:llava; 288 s for 8 tests in session 15);
 #               vl-tests-k: those that VL_K selects (a pytest -k expression)
 #   fp8-probe / fp8-tests  benchmarks/fp8_probe.py (how the FP8 engine holds a synced weight) / pytest -m gpu
-#               tests/test_gpu_fp8.py (the engine's weights equal our round trip, with the scales its kernel keeps)
-#   mt-moe-tests pytest -m gpu tests/test_gpu_multi_turn.py tests/test_gpu_moe.py: real verl's gsm8k and geo3k
+#               tests/gpu/test_gpu_fp8.py (the engine's weights equal our round trip, with the scales its kernel keeps)
+#   mt-moe-tests pytest -m gpu tests/gpu/test_gpu_multi_turn.py tests/gpu/test_gpu_moe.py: real verl's gsm8k and geo3k
 #               multi-turn scripts on vLLM through main_ppo; the tiny Qwen3-MoE's vLLM sync and a GRPO run
 #   cuda-tests  the rest of the suite's CUDA tests: pytest tests -k "cuda or gpu"
 #   rollout     benchmarks/rollout.py: verl's VLLMRollout vs raw LLM.generate at 64 / 256 / 512 sequences
@@ -45,7 +45,7 @@
 #               as TRL's; session 16's candidate for the 0.33 s of sleep and wake at (b)); E2E_TAG names its folder
 #               (~170 s for verl's process at (b))
 #   e2e-c-ll-compile  verl alone at (c) like-for-like with model.torch_compile on for LoRA (auto leaves it off for LoRA; the
-#               candidate for its update, 6.36 s at 7B in session 14; tests/test_perf_offload_compile.py checks it equals eager)
+#               candidate for its update, 6.36 s at 7B in session 14; tests/perf/test_perf_offload_compile.py checks it equals eager)
 #   e2e-b-real / e2e-c-real (defaults) and e2e-b-real-ll / e2e-c-real-ll (expert settings: bypass_mode, FSDP2, fused
 #               kernels)  real verl alone at work (b) / (c), one dynamic micro-batch of E2E_REAL_BUDGET_B (16384) /
 #               E2E_REAL_BUDGET_C (8192) tokens (a whole step does not fit without checkpointing); its verl-vllm row
@@ -74,7 +74,7 @@
 #               tokenizers 0.22.2, which SGLang 0.5.16 pins and the GPU image has newer; its gguf, also in the
 #               parts, is not copied twice: pip refuses two files of one version)
 #   sgl-probe   SGLang's version and the Engine methods verl calls, as JSON
-#   sgl-tests   pytest -m gpu tests/test_gpu_sglang.py with /tmp/sgl on the path (~590 s for 12 tests: split into
+#   sgl-tests   pytest -m gpu tests/gpu/test_gpu_sglang.py with /tmp/sgl on the path (~590 s for 12 tests: split into
 #               sgl-tests-engine, the tests on the module's engine, and sgl-tests-runs, the trainer runs (> 423 s alone);
 #               sgl-tests-k: those that SGL_K selects (a pytest -k expression); sgl-mt-bg: its multi-turn test
 #               alone, in the background; SGLang engines can share the GPU when the one started first has the
@@ -359,7 +359,7 @@ sgl_learn() {  # the arithmetic learning recipe on SGLang
 }
 
 sgl_multi_turn_test() {  # the multi-turn + async GPU test alone (it leaves the GPU to a concurrent SGLang run)
-    env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k multi_turn -v -rA --durations=0 -p no:cacheprovider \
+    env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/gpu/test_gpu_sglang.py -k multi_turn -v -rA --durations=0 -p no:cacheprovider \
         --junitxml="$W/sgl_mt_tests.xml"
 }
 
@@ -434,22 +434,22 @@ for name in ('vllm', 'trl', 'datasets', 'peft'):
         info[name] = 'missing: %s' % exc
 json.dump(info, open('$W/versions.json', 'w'), indent=1)
 print(info)" ;;
-        tests) stage tests 200 $PY -m pytest -m gpu tests/test_gpu_vllm.py -v -rA --durations=0 -p no:cacheprovider \
+        tests) stage tests 200 $PY -m pytest -m gpu tests/gpu/test_gpu_vllm.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_tests.xml" ;;
-        tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
+        tests-k) stage tests-k 90 $PY -m pytest -m gpu tests/gpu/test_gpu_vllm.py -k "${VLLM_K:?set VLLM_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_tests_k.xml" ;;
         fp8-probe) stage fp8-probe 120 $PY -u benchmarks/fp8_probe.py ;;
-        fp8-tests) stage fp8-tests 200 $PY -m pytest -m gpu tests/test_gpu_fp8.py -v -rA --durations=0 -p no:cacheprovider \
+        fp8-tests) stage fp8-tests 200 $PY -m pytest -m gpu tests/gpu/test_gpu_fp8.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_fp8.xml" ;;
-        mt-moe-tests) stage mt-moe-tests 260 $PY -m pytest -m gpu tests/test_gpu_multi_turn.py tests/test_gpu_moe.py -v -rA \
+        mt-moe-tests) stage mt-moe-tests 260 $PY -m pytest -m gpu tests/gpu/test_gpu_multi_turn.py tests/gpu/test_gpu_moe.py -v -rA \
                    --durations=0 -p no:cacheprovider --junitxml="$W/gpu_mt_moe.xml" ;;
-        vl-tests) stage vl-tests 300 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
+        vl-tests) stage vl-tests 300 $PY -m pytest -m gpu tests/gpu/test_gpu_vllm_vl.py -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/gpu_vl_tests.xml" ;;
-        vl-tests-k) stage vl-tests-k 180 $PY -m pytest -m gpu tests/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
+        vl-tests-k) stage vl-tests-k 180 $PY -m pytest -m gpu tests/gpu/test_gpu_vllm_vl.py -k "${VL_K:?set VL_K to a pytest -k \
                    expression}" -v -rA --durations=0 -p no:cacheprovider --junitxml="$W/gpu_vl_tests_k.xml" ;;
         cuda-tests) stage cuda-tests 150 $PY -m pytest tests -v -rA --durations=0 -p no:cacheprovider -k "cuda or gpu" \
-                   --ignore=tests/test_gpu_vllm.py --ignore=tests/test_gpu_vllm_vl.py --ignore=tests/test_docker_files.py --ignore=tests/test_async_ray.py \
-                   --ignore=tests/test_distributed_ray.py --ignore=tests/test_models_fetch.py --ignore=tests/test_gpu_sglang.py --ignore=tests/test_python_api.py \
+                   --ignore=tests/gpu/test_gpu_vllm.py --ignore=tests/gpu/test_gpu_vllm_vl.py --ignore=tests/cli_docs/test_docker_files.py --ignore=tests/async/test_async_ray.py \
+                   --ignore=tests/distributed/test_distributed_ray.py --ignore=tests/models/test_models_fetch.py --ignore=tests/gpu/test_gpu_sglang.py --ignore=tests/cli_docs/test_python_api.py \
                    --junitxml="$W/cuda_tests.xml" ;;  # Ray is not staged here; gguf neither (models fetch: CPU tests)
         rollout) stage rollout 270 $PY benchmarks/rollout.py --device cuda --model random:smollm2 --batches 64 256 512 \
                    --n 4 --max_new_tokens 256 --repeats 3 --skip_hf --sleep --out "$W/rollout_h200.json" ;;
@@ -516,13 +516,13 @@ print(info)" ;;
         sgl-mt) stage sgl-mt 60 sgl_multi_turn_test ;;
         pause-*) sleep "${s#pause-}" ;;
         wait-sgl-mt) [ -n "${MT_PID:-}" ] && timeout $(( DEADLINE - $(date +%s) )) tail --pid=$MT_PID -f /dev/null ;;
-        sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -v -rA --durations=0 \
+        sgl-tests) stage sgl-tests 200 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/gpu/test_gpu_sglang.py -v -rA --durations=0 \
                    -p no:cacheprovider --junitxml="$W/sgl_tests.xml" ;;
         sgl-tests-engine|sgl-tests-runs)  # the 12 tests in two calls: those on the module's engine, then the trainer runs
             K="not cli and not sigterm and not stale_engine and not multi_turn"; [ "$s" = sgl-tests-runs ] && K="not ($K)"
-            stage "$s" 120 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py -k "$K" -v -rA \
+            stage "$s" 120 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/gpu/test_gpu_sglang.py -k "$K" -v -rA \
                    --durations=0 -p no:cacheprovider --junitxml="$W/${s//-/_}.xml" ;;
-        sgl-tests-k) stage sgl-tests-k 100 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/test_gpu_sglang.py \
+        sgl-tests-k) stage sgl-tests-k 100 env PYTHONPATH=$SGL_PATH $PY -m pytest -m gpu tests/gpu/test_gpu_sglang.py \
                    -k "${SGL_K:?set SGL_K to a pytest -k expression}" -v -rA --durations=0 -p no:cacheprovider \
                    --junitxml="$W/sgl_tests_k.xml" ;;
         async-bench) stage async-bench 330 $PY benchmarks/async_grpo.py --device cuda --model smollm2-135m-instruct \

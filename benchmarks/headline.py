@@ -1,7 +1,7 @@
 """The headline results, rendered from the stored result files that benchmarks/results/headline.yaml names:
 the speed table (kept in README.md and docs/performance.md between `<!-- results:begin -->` and
 `<!-- results:end -->`) and the learning table (README.md, `<!-- learning:... -->`). One source:
-tests/test_readme_docs.py fails when a page's copy differs from what the files say.
+tests/cli_docs/test_readme_docs.py fails when a page's copy differs from what the files say.
 
     python3 benchmarks/headline.py            # print the table
     python3 benchmarks/headline.py --write    # rewrite the table in README.md and docs/performance.md

@@ -20,7 +20,7 @@ TRL's colocated engine, after its timed steps, the probe
 Reading: TRL call >> engine call: the time is TRL's around the engine; engine call ~ replay but >> verl's engine
 call (benchmarks/rollout.py) on the same requests: the engine's settings (compare item 4 with verl's); replay >>
 a variant: that one parameter. Functions here take the engine as an argument and import no vLLM, so that
-tests/test_bench_e2e_work.py checks them with a stand-in engine on a CPU. Checked by hand on 2026-12-03 against a
+tests/benchmarks/test_bench_e2e_work.py checks them with a stand-in engine on a CPU. Checked by hand on 2026-12-03 against a
 real engine (vLLM 0.32 on the CPU, TRL's LLM settings, tiny-llama): the recorder sees TRL-style calls, the clones
 leave TRL's SamplingParams untouched, the n=group variant returns group full-length completions per unique prompt,
 the logprobs=None variant none, and engine_settings reads max_num_seqs / max_num_batched_tokens / logprobs_mode.

@@ -33,7 +33,7 @@ if [[ $want_tests == 1 ]]; then
   say "verl with its test extras (pytest, ray, wandb, gguf)"
   $PY -m pip install -q -e ".[test]"
   # Real verl 0.9.1, apart from the project (its package is also named `verl`): the algorithm tests
-  # compare against its core_algos (tests/test_algorithms_real_verl.py). Only what core_algos imports.
+  # compare against its core_algos (tests/real_verl/test_algorithms_real_verl.py). Only what core_algos imports.
   real_verl_dir=${VERL_REAL_VERL_DIR:-$HOME/.cache/verl/real_verl-0.9.1}
   if [[ ! -f $real_verl_dir/verl/trainer/ppo/core_algos.py ]]; then
     say "real verl 0.9.1 into $real_verl_dir (the reference of the algorithm tests)"
@@ -41,7 +41,7 @@ if [[ $want_tests == 1 ]]; then
       "omegaconf==2.4.0" "hydra-core==1.3.8" "antlr4-python3-runtime==4.9.3" "codetiming==1.4.0" "pylatexenc==2.11"
   fi
   if [[ ! -d $real_verl_dir/mathruler ]]; then
-    # real verl's geo3k scorer grades with mathruler (tests/test_main_ppo_vl.py compares ours against it)
+    # real verl's geo3k scorer grades with mathruler (tests/real_verl/test_main_ppo_vl.py compares ours against it)
     $PY -m pip install -q --no-deps --target "$real_verl_dir" "mathruler==0.1.0"
   fi
   if ! command -v chromium >/dev/null 2>&1; then

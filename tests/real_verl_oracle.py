@@ -1,5 +1,5 @@
 """Runs real verl's own core_algos functions on cases from a file: the reference the algorithm
-tests compare against (tests/test_algorithms_real_verl.py). Real verl's package is also named
+tests compare against (tests/real_verl/test_algorithms_real_verl.py). Real verl's package is also named
 `verl`, so this runs in its own process with real verl's folder first on sys.path:
 
     python3 tests/real_verl_oracle.py REAL_VERL_DIR cases.pt results.pt

@@ -1,5 +1,5 @@
 """The shared case set for rule-based rewards: (data_source, response, ground_truth) triples that
-tests/test_rewards_real_verl.py scores with real verl's `default_compute_score` (through
+tests/real_verl/test_rewards_real_verl.py scores with real verl's `default_compute_score` (through
 tests/real_verl_oracle.py) and with our `by_data_source` reward.
 
 The cases are generated, not sampled: each family crosses answer spellings with the ways a response

@@ -32,7 +32,7 @@ def fsync_path(path: str) -> None:
 def test_kill_point(name: str) -> None:
     """TEST-ONLY crash hook. With VERL_TEST_KILL_AT=<name>:<n> in the environment, the n-th
     time this process reaches the point `name` (1-based) it SIGKILLs itself, as a power cut
-    or `kill -9` would. Unset (always, outside tests/test_reliability_kill.py) it does nothing.
+    or `kill -9` would. Unset (always, outside tests/reliability/test_reliability_kill.py) it does nothing.
     Points: docs/reliability.md, "Crash points"."""
     spec = os.environ.get("VERL_TEST_KILL_AT")
     if not spec:

@@ -3,7 +3,7 @@
     python -m verl.compat.doc_table           # print the table
     python -m verl.compat.doc_table --write   # replace it in docs/real_verl.md (between the markers)
 
-tests/test_main_ppo.py checks that the file holds exactly `render_table()`.
+tests/real_verl/test_main_ppo.py checks that the file holds exactly `render_table()`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each sample is drawn from its own seed (PIL ImageDraw, no randomness outside `random.Random(seed)`):
 `count` filled shapes of one colour on a white background, each inside its own cell of a `grid` x `grid`
 layout, so shapes never overlap or touch and the count is unambiguous (a connected-component count of the
-dark pixels gives it back; tests/test_vl_recipe.py checks that). The answer is the count as a number.
+dark pixels gives it back; tests/models/test_vl_recipe.py checks that). The answer is the count as a number.
 
 The knobs (CountingTask) and why they are set as they are for a model whose vision tower starts random
 (verl/models/hybrid_vl.py): few, large, high-contrast shapes, so that even random patch features separate

@@ -1,4 +1,4 @@
-"""TEST-ONLY fault injection for the chaos tests (tests/test_chaos.py): kill one rank's process
+"""TEST-ONLY fault injection for the chaos tests (tests/reliability/test_chaos.py): kill one rank's process
 while a call to its group is in flight, as an out-of-memory kill or a crash would.
 
     VERL_TEST_KILL_WORKER=<group>.<method>:<rank>:<n>   e.g. actor.update:1:2, rollout.generate:0:2

@@ -22,7 +22,7 @@ layer order and does two things with them:
 
 The replacement forward is written here, not taken from transformers, because transformers has no hook to
 choose the experts: it restates the four routers' shared computation (checked against each family's own
-forward, bit for bit, in tests/test_moe.py). A router class not in ROUTERS is not an MoE layer here.
+forward, bit for bit, in tests/models/test_moe.py). A router class not in ROUTERS is not an MoE layer here.
 """
 
 from __future__ import annotations

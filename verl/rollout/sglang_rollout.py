@@ -129,7 +129,7 @@ def keep_signal_handlers(engine) -> None:
     to the trainer printed the graceful-stop line and then ended with exit -9 while an earlier
     version of this guard (restoring the handlers after the first call) was in place; that SGLang's
     SIGTERM path was the cause is the likeliest reading, not a checked one, and this version has not
-    run on the GPU yet (tests/test_gpu_sglang.py has the check)."""
+    run on the GPU yet (tests/gpu/test_gpu_sglang.py has the check)."""
     loop = getattr(engine, "loop", None)
     if loop is None:
         return

@@ -77,7 +77,7 @@ def check_expanded_prompts(prompts: Batch, outputs: list, copies: int, image_tok
     outputs per prompt row) must be the prompts Batch's row (the actor's processor's expansion): else the
     two computed a different number of patches per image and the actor's log-probs would be of another
     prompt. Returns how many were checked. (A vLLM that reports the prompt as it was sent, unexpanded,
-    cannot be checked so: those are not counted; tests/test_gpu_vllm_vl.py asserts the count.)"""
+    cannot be checked so: those are not counted; tests/gpu/test_gpu_vllm_vl.py asserts the count.)"""
     mm = getattr(prompts, "multi_modal", None) or ()
     if not any(x is not None for x in mm):
         return 0

@@ -27,7 +27,7 @@ class KnownReloadNoise(logging.Filter):
     weights it was handed, and then puts that layer's tensors back as they were. A rotary embedding
     has no weights (its cos/sin cache is computed at start), and a head tied to the embeddings holds
     the embedding's own tensor, which is loaded under the embedding's name: for those two, putting
-    the tensors back is the right outcome (tests/test_vllm_rollout.py::
+    the tensors back is the right outcome (tests/rollout/test_vllm_rollout.py::
     test_sync_reaches_every_layer_including_tied_head checks the tied head follows the sync). The
     warning for any other layer stays."""
 

@@ -34,7 +34,7 @@ way (`auto_budget`), then counts what that micro-batch holds more closely (`per_
 SGLang pool that cannot hold the engine's weights and one sequence (`engine_minimum`) does not
 fit either: the engine would not start.
 
-tests/test_memory_preflight.py checks these figures against the per-phase peaks measured on the
+tests/perf/test_memory_preflight.py checks these figures against the per-phase peaks measured on the
 H200 (benchmarks/results/h200; docs/performance.md#memory-preflight has the table).
 """
 

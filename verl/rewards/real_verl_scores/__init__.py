@@ -1,6 +1,6 @@
 """Real verl's default rule-based rewards, chosen by data_source: our own implementation of what
 its `default_compute_score` (verl/utils/reward_score/__init__.py there) returns, matched exactly
-(tests/test_rewards_real_verl.py runs both on a shared case set through real verl's own code).
+(tests/real_verl/test_rewards_real_verl.py runs both on a shared case set through real verl's own code).
 
     compute_score("openai/gsm8k", "... #### 72", "72")   -> 1.0
     compute_score("math_dapo", "Answer: 7", "7")         -> {"score": 1.0, "acc": True, "pred": "7"}
