@@ -28,7 +28,7 @@ Layout (B sequences, P prompt positions, R response positions, T = P + R):
                                    (rollout.routing_replay; -1: the router's own choice); else None
 
 Which of them exist after which stage of a training step: verl/trainer/stage_fields.py (FILLS: always,
-MAY_FILL: where an algorithm, role or option asks), checked by the stages and by tests/test_stage_fields.py.
+MAY_FILL: where an algorithm, role or option asks), checked by the stages and by tests/trainer/test_stage_fields.py.
 
 Per-sample non-tensor fields are lists of length B: prompt/response text, ground truth,
 data source, group id (samples of one prompt share it), and free-form extra info.

@@ -2,7 +2,7 @@
 
 FILLS[stage]: the fields the stage fills on every run. MAY_FILL[stage]: those it fills only where the
 algorithm, a role or an option asks for them (None otherwise). Every tensor field of the Batch is named
-exactly once (tests/test_stage_fields.py); `check_filled` is how a stage says what it owes the next.
+exactly once (tests/trainer/test_stage_fields.py); `check_filled` is how a stage says what it owes the next.
 """
 
 from __future__ import annotations
