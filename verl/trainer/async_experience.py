@@ -3,7 +3,7 @@ most k = `async_training.max_staleness` updates behind (version >= i - k), while
 batch i - 1 (docs/async.md).
 
     source = AsyncExperience(stage, lock, model=actor_module, counters=counters, cfg=config.async_training,
-                             device=device, seed=config.seed, tokenizer=tokenizer)
+                             device=device, tokenizer=tokenizer)
     experience = source.next()     # Experience(batch, metrics, version), from the queue (starts the producer)
 
 Each sample is tagged with the policy version that produced it (extra["policy_version"]); the trainer drops
@@ -51,13 +51,13 @@ class ConsumedData:
 
 
 class AsyncExperience:
-    def __init__(self, stage, lock, *, model, counters, cfg, device, seed: int, tokenizer=None):
+    def __init__(self, stage, lock, *, model, counters, cfg, device, tokenizer=None):
         """stage: the RolloutStage (over the engine itself, or with streaming the VLLMStream over it); lock: the
         engine's lock, which the trainer's thread takes too (validation: verl/trainer/locked_engine.py);
         model: the actor's module (synced into the engine); counters: the run's RunCounters (the step being
         trained); cfg: the async_training section; device: the trainer's (the producer's CUDA stream);
-        seed: the run's (each step's sampling carries its draw_seed); tokenizer: for segments."""
-        self.stage, self.counters, self.device, self.seed = stage, counters, device, seed
+        tokenizer: for segments. The draws need no seed here: each step's sampling carries its draw_seed."""
+        self.stage, self.counters, self.device = stage, counters, device
         self.engine = LockedEngine(stage.engine, lock, cfg.timeout_s)  # the producer's syncs and generations take the lock
         self.prompts = stage.prompts
         self.k, self.timeout_s = cfg.max_staleness, cfg.timeout_s
@@ -83,11 +83,6 @@ class AsyncExperience:
         if cfg.partial_rollout and self.k > 0:  # at k = 0 no update lands during a generation
             return Segments(engine, self.weights, self._draw, cfg.segment_tokens, tokenizer)
         return WholeBatches(engine, self.weights, self._draw)
-
-    @property
-    def synced(self):
-        """The weights version the engine holds (None before the producer's first sync)."""
-        return self.weights.synced
 
     # ------------------------------------------------------------------ producer
     def _start(self) -> None:

@@ -106,5 +106,4 @@ def build_experience_source(config, stage, lock, *, model, counters, sleep, devi
         return SyncExperience(stage, counters, sleep, model, config.rollout.verify_sync_every)
     from verl.trainer.async_experience import AsyncExperience
 
-    return AsyncExperience(stage, lock, model=model, counters=counters, cfg=a, device=device, seed=config.seed,
-                           tokenizer=tokenizer)
+    return AsyncExperience(stage, lock, model=model, counters=counters, cfg=a, device=device, tokenizer=tokenizer)

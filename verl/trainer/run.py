@@ -290,10 +290,6 @@ class Run:
         elif ck.save_actor_every and step % ck.save_actor_every == 0:
             self.saver.save("lora" if ck.save_mode == "lora" else "actor", "periodic")
 
-    def save_checkpoint(self, kind: str = "full", reason: str = "manual", prune: bool = True) -> str:
-        """Atomic checkpoint `checkpoints/step_NNNNNN` of `kind` (full, actor or lora); returns its folder."""
-        return self.saver.save(kind, reason, prune)
-
     def finish(self, redo: bool = False) -> None:
         """The final save (checkpoint.save_mode, verl/checkpoint/run_saver.py) and the run's end; then the
         baseline prompt's answer after training (an extra, after everything is saved, so a stop during it
