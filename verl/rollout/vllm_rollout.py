@@ -122,6 +122,9 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     mm_prompts_checked = 0
     fp8 = None  # rollout.quantization: fp8: the Fp8Plan (verl/rollout/fp8_vllm.py)
     _synced_once = False
+    # A hook over each call's requests: fn(requests, params) -> (requests, params), e.g. a benchmark's
+    # per-request max_tokens (None: the requests as built).
+    request_hook = None
 
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cpu",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
@@ -146,9 +149,6 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         self.prefix_caching = enable_prefix_caching
         # Extra vllm.SamplingParams fields for every request (benchmarks: {"ignore_eos": True}).
         self.extra_sampling_kwargs: dict = {}
-        # A hook over each call's requests: fn(requests, params) -> (requests, params), e.g. a benchmark's
-        # per-request max_tokens (None: the requests as built).
-        self.request_hook = None
         _check_model_config(model_path, self.on_cpu, vllm.ModelRegistry.get_supported_archs())
         if enforce_eager is None:
             enforce_eager = getattr(rollout_cfg, "enforce_eager", None)
