@@ -25,12 +25,22 @@ class LoraConfig(Section):
     # How A starts (B starts at zero, so training starts from the base model): kaiming (peft's default,
     # kaiming-uniform; Megatron's lora_A_init_method kaiming) | gaussian (normal, std 1/rank)
     init_lora_weights: str = key("kaiming", choices=("kaiming", "gaussian"))
+    # Parameters adapted as tensors (peft's target_parameters, LoRA per expert on a mixture-of-experts layer's
+    # fused experts, (E, in, out)): auto = with target_modules all-linear, an MoE model's expert projections and
+    # routers, as all-linear adapts every linear map of a dense model (docs/moe.md); or a list of parameter
+    # names (mlp.experts.gate_up_proj, ...). peft itself maps a target_modules list's gate_proj / up_proj /
+    # down_proj (w1 / w3 / w2) onto the fused experts of the families it converts
+    target_parameters: Any = "auto"
     # A saved peft adapter folder (adapter_config.json + weights) to start from, its weights trained further
     # (real verl's actor_rollout_ref.model.lora_adapter_path). Its own rank / alpha / dropout / targets are
     # used: keys above left at their defaults take them, others must equal them (verl/models/lora_adapter.py)
     adapter_path: Optional[str] = None
 
     def validate(self, path: str) -> None:
+        tp = self.target_parameters
+        if not (tp == "auto" or (isinstance(tp, (list, tuple)) and all(isinstance(n, str) for n in tp))):
+            raise ConfigError(f"{path}.target_parameters: {tp!r}: auto, or a list of parameter names "
+                              f"(e.g. [mlp.experts.gate_up_proj, mlp.experts.down_proj])")
         if self.adapter_path is not None:
             from verl.models.lora_adapter import adopt, read_adapter
 

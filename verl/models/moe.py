@@ -41,9 +41,16 @@ ROUTERS = {"Qwen2MoeTopKRouter": True, "Qwen3MoeTopKRouter": True, "MixtralTopKR
            "OlmoeTopKRouter": True}
 
 
+def _router_class(module: torch.nn.Module) -> str:
+    """The module's class name, as the family names it: LoRA on a router's weight (peft's ParamWrapper)
+    parametrizes the router while it runs, which renames its class `Parametrized<Name>`."""
+    name = type(module).__name__
+    return name[len("Parametrized"):] if name.startswith("Parametrized") else name
+
+
 def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's MoE router modules in layer order ([] for a dense model)."""
-    return [m for m in model.modules() if type(m).__name__ in ROUTERS]
+    return [m for m in model.modules() if _router_class(m) in ROUTERS]
 
 
 def is_moe(model: torch.nn.Module) -> bool:
@@ -67,7 +74,7 @@ def route(router, hidden: torch.Tensor, given: Optional[torch.Tensor]) -> tuple:
         top = probs.gather(-1, idx)
     if _normalises(router):
         top = top / top.sum(dim=-1, keepdim=True)
-    if ROUTERS[type(router).__name__]:
+    if ROUTERS[_router_class(router)]:
         top = top.to(logits.dtype)
     return logits, top, idx
 

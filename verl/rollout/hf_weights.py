@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
-from verl.models.lora import base_model
+from verl.models.lora import base_model, merged_state_items
 from verl.models.moe import is_moe
 
 
@@ -46,38 +46,8 @@ def hf_named_weights(model: torch.nn.Module, skip: Optional[Callable[[str], bool
     decorations (`base_layer`, `modules_to_save.<adapter>`) are removed.
     """
     base = base_model(model)
-    deltas = {}
-    try:
-        from peft.tuners.tuners_utils import BaseTunerLayer
-    except ImportError:  # peft missing: plain models only
-        BaseTunerLayer = ()
-    for mod_name, mod in base.named_modules():
-        if BaseTunerLayer and isinstance(mod, BaseTunerLayer) and hasattr(mod, "get_delta_weight") \
-                and not getattr(mod, "merged", False):
-            adapters = [a for a in mod.active_adapters if a in getattr(mod, "lora_A", {})]
-            if adapters:
-                deltas[f"{mod_name}.base_layer.weight"] = adapters
     convert = checkpoint_layout and is_moe(base) and _conversions(base)  # fused experts; VL names stay as they are
-    seen: set[int] = set()
-    for name, tensor in base.state_dict(keep_vars=True).items():
-        if ".lora_" in name or ".original_module." in name or "lora_magnitude_vector" in name:
-            continue
-        if ".modules_to_save." in name:
-            head, _, rest = name.partition(".modules_to_save.")
-            adapter, _, leaf = rest.partition(".")
-            name = f"{head}.{leaf}"
-        if skip is not None and skip(name):
-            continue
-        key = id(tensor)
-        if key in seen:  # tied weights (e.g. lm_head = embed_tokens) go once
-            continue
-        seen.add(key)
-        value = tensor.detach()
-        if name in deltas:
-            mod = base.get_submodule(name[: -len(".base_layer.weight")])
-            for adapter in deltas[name]:
-                value = value + mod.get_delta_weight(adapter).to(value.dtype)
-        name = name.replace(".base_layer.", ".")
+    for name, value in merged_state_items(model, skip=skip):
         if convert:
             yield from _checkpoint_layout(base, name, value)
         else:

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from verl.models.lora import base_model
+from verl.models.lora import base_model, checkpoint_name
 from verl.rollout.hf_weights import hf_named_weights
 
 LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")  # decoder layer i: Llama/Qwen, GPT-2, others
@@ -39,7 +39,7 @@ def probe_names(model: torch.nn.Module) -> list[str]:
     for name, tensor in base_model(model).state_dict().items():
         if ".lora_" in name or tensor.dim() != 2 or not LAYER.search(name):
             continue
-        names.append(name.replace(".base_layer.", "."))
+        names.append(checkpoint_name(name))
     layers = sorted({int(LAYER.search(n).group(1)) for n in names})
     if not layers:
         return []
@@ -58,12 +58,11 @@ def verify_sync(engine, model: torch.nn.Module, names: Optional[list] = None) ->
         return None, 0
     wanted = set(names)
     shapes = {n: tuple(t.shape) for n, t in base_model(model).state_dict().items()}
-    shapes.update({n.replace(".base_layer.", "."): s for n, s in shapes.items()})
+    shapes.update({checkpoint_name(n): s for n, s in shapes.items()})
     got = read(names, shapes)
     total = differing = 0
     worst = (0.0, None)
-    # (hf_named_weights asks `skip` before it drops peft's ".base_layer." from a name)
-    for name, value in hf_named_weights(model, skip=lambda n: n.replace(".base_layer.", ".") not in wanted):
+    for name, value in hf_named_weights(model, skip=lambda n: n not in wanted):  # n: the checkpoint name
         if name not in got:
             continue
         held = got[name].detach().to("cpu")
