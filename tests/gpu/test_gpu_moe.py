@@ -1,7 +1,7 @@
 """Mixture-of-experts models on vLLM on a CUDA GPU (pytest -m gpu tests/gpu/test_gpu_moe.py): the tiny Qwen3-MoE's
 engine log-probs against the actor's before and after a weight sync (the experts go in the checkpoint
 layout, one tensor per expert: verl/rollout/hf_weights.py), and GRPO steps with vLLM, the router's auxiliary
-loss and the expert-load metrics. The trainer runs in a child process (vLLM keeps one engine per process).
+loss and the expert-load metrics, and with vLLM's routing replayed and LoRA on the experts. The trainer runs in a child process (vLLM keeps one engine per process).
 On the CPU, vLLM's layerwise reload rebuilds an MoE layer wrongly even from the checkpoint's own tensors, so
 the sync is checked here only; tests/models/test_moe.py checks what is sent against save_pretrained's file."""
 
@@ -80,4 +80,20 @@ def test_grpo_on_an_moe_model_with_vllm(tmp_path):
     rows = [json.loads(line) for line in open(os.path.join(tmp_path, "out", "metrics.jsonl"))]
     steps = [r for r in rows if "moe/aux_loss" in r]
     assert len(steps) == 3 and all(r["moe/load_max_over_mean"] >= 1.0 for r in steps)
+    assert all(r["rollout/logprob_diff"] < LP_MEAN_TOL for r in steps if "rollout/logprob_diff" in r)
+
+
+def test_grpo_with_vllms_routing_replayed_and_lora_on_the_experts(tmp_path):
+    """rollout.routing_replay: engine on vLLM (its routed experts, verl/rollout/vllm_routing.py) with LoRA on
+    attention, experts and routers (merged into the engine at every sync: docs/moe.md#lora)."""
+    run = subprocess.run([sys.executable, "-m", "verl.cli", "train", "algorithm.name=grpo", "model.name=tiny:qwen3_moe",
+                          "rollout.name=vllm", "rollout.gpu_memory_utilization=0.2", "rollout.enforce_eager=true",
+                          "rollout.routing_replay=engine", "model.lora.rank=8", "model.lora.alpha=16",
+                          "training.total_steps=3", "training.batch_size=8", "rollout.max_new_tokens=16",
+                          "logging.backends=[jsonl]", "logging.progress_bar=false", "--save_dir", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=540)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in open(os.path.join(tmp_path, "out", "metrics.jsonl"))]
+    steps = [r for r in rows if "moe/load_max_over_mean" in r]
+    assert len(steps) == 3
     assert all(r["rollout/logprob_diff"] < LP_MEAN_TOL for r in steps if "rollout/logprob_diff" in r)

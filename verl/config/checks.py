@@ -147,6 +147,10 @@ def _check_async(cfg) -> None:
     if cfg.async_training.partial_rollout and r.is_multi_turn:
         raise ConfigError("async_training.partial_rollout: not with multi-turn rollouts (rollout.tools / "
                           "rollout.environment) yet: their turns are generated whole; set it to false")
+    if cfg.async_training.partial_rollout and r.routing_replay == "engine":
+        raise ConfigError("async_training.partial_rollout: the engine's routing (rollout.routing_replay: engine) is "
+                          "recorded per engine call, and a partial rollout's response spans several; use "
+                          "routing_replay: pi_old, or partial_rollout: false")
     if cfg.async_training.streaming:
         _check_streaming(cfg)
     if cfg.async_training.engine_priority == "high" and cfg.distributed.backend == "ray":

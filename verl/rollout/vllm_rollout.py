@@ -50,6 +50,7 @@ import torch
 from verl.batch import Batch
 from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
+from verl.rollout.vllm_routing import routed_columns_from_engine
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
@@ -95,6 +96,15 @@ def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor,
 # ---------------------------------------------------------------------------
 
 
+def _first_error_line(exc: Exception) -> str:
+    """The message of a (pydantic-wrapped) vLLM config error, without pydantic's frame."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("Value error, "):
+            return ln[len("Value error, "):].split(" [type=")[0]
+    return lines[0] if lines else type(exc).__name__
+
+
 def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
     """Loud, early errors for models vLLM cannot run (instead of a crash at the first step)."""
     cfg = folder_config(model_path)
@@ -122,6 +132,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
     mm_prompts_checked = 0
     fp8 = None  # rollout.quantization: fp8: the Fp8Plan (verl/rollout/fp8_vllm.py)
     _synced_once = False
+    record_routing = False  # rollout.routing_replay: engine (__init__)
     # A hook over each call's requests: fn(requests, params) -> (requests, params), e.g. a benchmark's
     # per-request max_tokens (None: the requests as built).
     request_hook = None
@@ -185,6 +196,10 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             kwargs.update(engine_args(self.fp8))
             print(self.fp8.summary(), flush=True)
         self._synced_once = False
+        # rollout.routing_replay: engine -- vLLM records each token's experts (verl/rollout/vllm_routing.py)
+        self.record_routing = getattr(rollout_cfg, "routing_replay", "off") == "engine"
+        if self.record_routing:
+            kwargs["enable_return_routed_experts"] = True
         if self.on_cpu:
             # Exact (fractional) size; an explicit VLLM_CPU_KVCACHE_SPACE in the environment wins.
             kwargs["kv_cache_memory_bytes"] = int(rollout_cfg.kv_cache_gb * (1 << 30))
@@ -197,6 +212,12 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         except ValueError as exc:
             if "not supported" in str(exc) and "rchitecture" in str(exc):
                 raise ValueError(f"{exc}\nrollout.name: vllm cannot run {model_path}; use rollout.name: hf") from exc
+            if self.record_routing and ("Model Runner V2" in str(exc) or "routed experts" in str(exc)):
+                from verl.errors import ConfigError
+
+                raise ConfigError(f"rollout.routing_replay: engine: vLLM {vllm.__version__} cannot record the routed "
+                                  f"experts here ({_first_error_line(exc)}); use routing_replay: pi_old, or "
+                                  "rollout.name: hf") from None
             raise
         finally:
             # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole
@@ -316,7 +337,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         call's start and end (the rollout/* split of `metrics()`). Also used by the streaming driver
         (verl/rollout/vllm_stream.py), which collects the outputs itself."""
         self.check_expanded_prompts(prompts, outputs, sampling.n if sampling.is_greedy else 1)
-        responses, finished = [], []
+        responses, finished, routed = [], [], []
         log_probs = [] if sampling.log_probs else None  # None: not asked for (SamplingParams.log_probs)
         for out in outputs:
             samples = out.outputs
@@ -333,9 +354,14 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
                     log_probs.append(lps if isinstance(lps, list) else list(lps))
                 responses.append(toks)
                 finished.append(sample.finish_reason == "stop")
+                if self.record_routing:
+                    routed.append(getattr(sample, "routed_experts", None))
         parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
-        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,
-                                 finished=finished)
+        rows = prompts.repeat(sampling.n)
+        batch = assemble_rollout(rows, responses, log_probs, decoder, sampling.max_new_tokens, finished=finished)
+        if self.record_routing:
+            batch.routed_experts = routed_columns_from_engine(routed, rows.attention_mask, batch.input_ids.shape[1])
+            batch.routed_experts[batch.attention_mask == 0] = -1  # padding: nothing to replay
         self._record_generate(*marks, parsed, decoder.seconds)
         return batch
 
