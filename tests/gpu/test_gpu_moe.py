@@ -84,7 +84,7 @@ def test_grpo_on_an_moe_model_with_vllm(tmp_path):
 
 
 def test_grpo_with_vllms_routing_replayed_and_lora_on_the_experts(tmp_path):
-    """rollout.routing_replay: engine on vLLM (its routed experts, verl/rollout/vllm_routing.py) with LoRA on
+    """rollout.routing_replay: engine on vLLM (its routed experts, verl.rollout.engine_routing.py) with LoRA on
     attention, experts and routers (merged into the engine at every sync: docs/moe.md#lora)."""
     run = subprocess.run([sys.executable, "-m", "verl.cli", "train", "algorithm.name=grpo", "model.name=tiny:qwen3_moe",
                           "rollout.name=vllm", "rollout.gpu_memory_utilization=0.2", "rollout.enforce_eager=true",

@@ -202,6 +202,17 @@ def test_grpo_three_steps_through_the_cli_with_sglang(tmp_path, llama_path):
         assert r["rollout/sleep_freed_gib"] > 1.0 and r["rollout/sleep_s"] > 0 and r["rollout/wake_s"] > 0, r
 
 
+def test_grpo_on_an_moe_model_with_sglangs_routing_replayed(tmp_path):
+    """The tiny Qwen3-MoE on SGLang: experts synced in the checkpoint layout, the engine's routed experts
+    replayed in the update (rollout.routing_replay: engine; verl/rollout/engine_routing.py)."""
+    rows = _run_cli(tmp_path, ["model.name=tiny:qwen3_moe", f"model.dtype={DTYPE}", "rollout.name=sglang",
+                               "algorithm.name=grpo", "training.total_steps=3", "training.batch_size=4",
+                               "rollout.max_new_tokens=16", "rollout.enforce_eager=true",
+                               "rollout.gpu_memory_utilization=0.2", "rollout.routing_replay=engine"])
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/logprob_diff"] < LP_MEAN_TOL and r["moe/load_max_over_mean"] >= 1.0 for r in rows), rows
+
+
 def test_sigterm_saves_full_state_and_resume_completes_with_sglang(tmp_path, llama_path):
     """SGLang installs SIGTERM/SIGQUIT handlers of its own; the engine gives SIGTERM back to the
     trainer's graceful stop: the step finishes, the full state is saved, exit 0, and --resume auto

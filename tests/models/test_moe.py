@@ -196,9 +196,7 @@ def test_the_moe_keys_need_an_moe_model_and_the_hf_engine(tmp_path, tiny_gpt2):
     with pytest.raises(ConfigError, match="training.router_aux_loss_coef: for mixture-of-experts models"):
         create_trainer(load_config(None, small_overrides(tmp_path, **{"model.name": tiny_gpt2,
                                                                       "training.router_aux_loss_coef": 0.01})))
-    with pytest.raises(ConfigError, match="rollout.routing_replay: engine needs the engine's routing"):
-        load_config(None, ["rollout.name=sglang", "rollout.routing_replay=engine"])
-    load_config(None, ["rollout.name=vllm", "rollout.routing_replay=engine"])  # vLLM records it (test_vllm_routing)
+    load_config(None, ["rollout.name=vllm", "rollout.routing_replay=engine"])  # vLLM and SGLang record it (test_engine_routing)
     with pytest.raises(ConfigError, match="async_training.partial_rollout: the engine's routing"):
         load_config(None, ["rollout.name=vllm", "rollout.routing_replay=engine", "async_training.enable=true",
                            "async_training.partial_rollout=true"])

@@ -136,8 +136,8 @@ class RolloutConfig(Section):
     interaction_config: Optional[str] = None
     # Mixture-of-experts models (docs/moe.md): the update routes each token to the experts it went to in
     # another pass instead of its own top-k. off | engine: the rollout engine's routing (real verl's R3; the
-    # hf and vllm engines record it) | pi_old: the pi_old pass's (real verl's R2). The router's weights still get their
-    # gradient through the chosen experts' probabilities.
+    # hf, vllm and sglang engines record it) | pi_old: the pi_old pass's (real verl's R2). The router's
+    # weights still get their gradient through the chosen experts' probabilities.
     routing_replay: str = key("off", choices=("off", "engine", "pi_old"))
     multi_turn: MultiTurnConfig = key(factory=MultiTurnConfig)
 
@@ -163,10 +163,6 @@ class RolloutConfig(Section):
 
     def validate(self, path: str) -> None:
         mt = self.multi_turn
-        if self.routing_replay == "engine" and self.name not in ("hf", "vllm", "auto"):  # auto: hf or vllm
-            raise ConfigError(f"{path}.routing_replay: engine needs the engine's routing per token, which the hf "
-                              f"and vllm engines record; {self.name}'s is not read yet (use rollout.name: hf or "
-                              f"vllm, or routing_replay: pi_old)")
         if self.routing_replay == "engine" and self.is_multi_turn:
             raise ConfigError(f"{path}.routing_replay: engine is not carried through multi-turn rollouts yet (each "
                               "turn is its own engine call); use routing_replay: pi_old")

@@ -58,6 +58,7 @@ from verl.rollout.base import SamplingParams, assemble_rollout
 from verl.rollout.child_watch import ChildWatch, child_pids, process_name
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
+from verl.rollout.engine_routing import model_text_config, routed_columns_from_engine, sglang_routed_experts
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
 
 
@@ -208,6 +209,8 @@ def response_of(out: dict, index: int) -> tuple[list, list, bool]:
 
 
 class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
+    record_routing = False  # rollout.routing_replay: engine (__init__)
+
     def __init__(self, model_path: str, tokenizer, rollout_cfg, dtype: str = "auto", device: str = "cuda",
                  enforce_eager: Optional[bool] = None, max_num_seqs: Optional[int] = None,
                  mm_processor_kwargs: Optional[dict] = None):
@@ -253,6 +256,11 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
             kwargs["context_length"] = rollout_cfg.max_model_len
         if rollout_cfg.max_num_batched_tokens is not None:
             kwargs["chunked_prefill_size"] = rollout_cfg.max_num_batched_tokens
+        # rollout.routing_replay: engine -- SGLang records each token's experts (verl/rollout/engine_routing.py)
+        self.record_routing = getattr(rollout_cfg, "routing_replay", "off") == "engine"
+        if self.record_routing:
+            kwargs["enable_return_routed_experts"] = True
+            self._text_config = model_text_config(model_path)
         before = child_pids()
         try:
             self.engine = sgl.Engine(**kwargs)
@@ -284,19 +292,26 @@ class SGLangRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.p
         start = time.perf_counter()
         rows, params = self.build_requests(prompts, sampling)
         call_start = time.perf_counter()
-        outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True)
+        extra = {"return_routed_experts": True} if self.record_routing else {}
+        outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True, **extra)
         call_end = time.perf_counter()
         if len(outputs) != len(rows):
             raise RuntimeError(f"SGLang returned {len(outputs)} results for {len(rows)} requests")
-        responses, log_probs, finished = [], [], []
+        responses, log_probs, finished, routed = [], [], [], []
         for i, out in enumerate(outputs):  # same order as the requests
             toks, lps, done = response_of(out, i)
             responses.append(toks)
             log_probs.append(lps)
             finished.append(done)
+            if self.record_routing:
+                routed.append(sglang_routed_experts(out["meta_info"], self._text_config))
         parsed, decoder = time.perf_counter(), RustBatchDecode(self.tokenizer)
-        batch = assemble_rollout(prompts.repeat(sampling.n), responses, log_probs, decoder, sampling.max_new_tokens,
-                                 finished=finished)
+        repeated = prompts.repeat(sampling.n)
+        batch = assemble_rollout(repeated, responses, log_probs, decoder, sampling.max_new_tokens, finished=finished)
+        if self.record_routing:
+            batch.routed_experts = routed_columns_from_engine(routed, repeated.attention_mask,
+                                                              batch.input_ids.shape[1])
+            batch.routed_experts[batch.attention_mask == 0] = -1  # padding: nothing to replay
         self._record_generate(start, call_start, call_end, parsed, decoder.seconds)
         return batch
 

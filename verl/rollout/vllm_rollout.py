@@ -50,7 +50,7 @@ import torch
 from verl.batch import Batch
 from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.vllm_routing import routed_columns_from_engine
+from verl.rollout.engine_routing import routed_columns_from_engine
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
@@ -196,7 +196,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             kwargs.update(engine_args(self.fp8))
             print(self.fp8.summary(), flush=True)
         self._synced_once = False
-        # rollout.routing_replay: engine -- vLLM records each token's experts (verl/rollout/vllm_routing.py)
+        # rollout.routing_replay: engine -- vLLM records each token's experts (verl.rollout.engine_routing.py)
         self.record_routing = getattr(rollout_cfg, "routing_replay", "off") == "engine"
         if self.record_routing:
             kwargs["enable_return_routed_experts"] = True

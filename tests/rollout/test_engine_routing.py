@@ -1,10 +1,12 @@
-"""rollout.routing_replay: engine on vLLM: the routed experts vLLM returns per sample, (S, L, k) from the
-first token of the unpadded prompt, placed in the rollout Batch's columns (left-padded prompt, then the
-response), -1 where nothing was recorded. Pure: fake engine outputs; the engine itself records them on the GPU
-(tests/gpu/test_gpu_moe.py; vLLM's CPU build records them only in its V2 model runner, which needs Triton)."""
+"""rollout.routing_replay: engine on vLLM and SGLang: the routed experts each engine returns per sample, (S, L, k)
+from the first token of the unpadded prompt (SGLang's as base64 int32 over every decoder layer), placed in the
+rollout Batch's columns (left-padded prompt, then the response), -1 where nothing was recorded. Fake engine
+outputs; the engines themselves record them on the GPU (tests/gpu/test_gpu_moe.py; vLLM's CPU build records
+them only in its V2 model runner, which needs Triton; SGLang runs on CUDA only)."""
 
 from __future__ import annotations
 
+import base64
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +16,7 @@ import torch
 from verl.batch import Batch
 from verl.models.tiny import tiny_model_path
 from verl.rollout.base import SamplingParams
-from verl.rollout.vllm_routing import MissingRouting, routed_columns_from_engine
+from verl.rollout.engine_routing import MissingRouting, moe_layers, routed_columns_from_engine, sglang_routed_experts
 
 
 def test_the_engines_rows_land_after_each_rows_padding():
@@ -97,3 +99,55 @@ def test_the_cpu_engine_records_the_routing_or_says_in_one_line_why_not():
                                 group_id=[0, 1]), SamplingParams(n=1, max_new_tokens=4, greedy=True))
     recorded = (out.routed_experts[..., 0, 0] >= 0)
     assert torch.equal(recorded.sum(dim=1), out.attention_mask.sum(dim=1) - 1)
+
+
+def test_the_moe_layers_of_each_config_shape():
+    assert moe_layers({"num_hidden_layers": 4}) == [0, 1, 2, 3]  # Mixtral, OLMoE: every layer
+    # Qwen2-MoE / Qwen3-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and not in mlp_only_layers
+    assert moe_layers({"num_hidden_layers": 6, "decoder_sparse_step": 2, "mlp_only_layers": [5]}) == [1, 3]
+    assert moe_layers({"num_hidden_layers": 5, "first_k_dense_replace": 2}) == [2, 3, 4]  # DeepSeek
+
+
+def test_sglangs_base64_routing_is_decoded_to_the_moe_layers():
+    # 3 positions x 2 layers x top-2, values 0..11 in C order; with layer 0 dense only layer 1's rows stay
+    arr = np.arange(12, dtype=np.int32).reshape(3, 2, 2)
+    meta = {"routed_experts": base64.b64encode(arr.tobytes()).decode()}
+    cfg = {"num_hidden_layers": 2, "num_experts_per_tok": 2}
+    assert sglang_routed_experts(meta, cfg).tolist() == arr.tolist()
+    assert sglang_routed_experts(meta, {**cfg, "mlp_only_layers": [0]}).tolist() == arr[:, 1:].tolist()
+    assert sglang_routed_experts({}, cfg) is None
+
+
+def test_sglang_generate_asks_for_the_routing_and_carries_it():
+    """SGLangRollout.generate on a fake Engine: it asks return_routed_experts and places each result's routing."""
+    from transformers import AutoTokenizer
+
+    from verl.rollout.sglang_rollout import SGLangRollout
+
+    cfg = {"num_hidden_layers": 2, "num_experts_per_tok": 2}
+    asked = {}
+
+    class FakeEngine:
+        def generate(self, input_ids, sampling_params, return_logprob, **extra):
+            asked.update(extra)
+            outs = []
+            for row in input_ids:
+                tokens = [11, 12]
+                seen = len(row) + len(tokens) - 1
+                routing = np.full((seen, 2, 2), len(row), dtype=np.int32)
+                outs.append({"output_ids": tokens, "meta_info": {
+                    "output_token_logprobs": [(-0.5, t, None) for t in tokens], "finish_reason": {"type": "length"},
+                    "routed_experts": base64.b64encode(routing.tobytes()).decode()}})
+            return outs
+
+    engine = object.__new__(SGLangRollout)
+    engine.tokenizer = AutoTokenizer.from_pretrained(tiny_model_path("qwen3_moe"))
+    engine.engine, engine.asleep, engine.extra_sampling_kwargs = FakeEngine(), False, {}
+    engine.record_routing, engine._text_config = True, cfg
+    prompts = Batch(input_ids=torch.tensor([[0, 5, 6], [7, 8, 9]]), attention_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]),
+                    prompt_text=["a", "b"])
+    batch = engine.generate(prompts, SamplingParams(n=1, max_new_tokens=2))
+    assert asked == {"return_routed_experts": True}
+    routed = batch.routed_experts  # (2, 3 + 2, L, k): row 0's prompt has 2 real tokens (value 2), row 1's 3
+    assert (routed[0, 0] == -1).all() and (routed[0, 1:4] == 2).all() and (routed[0, 4] == -1).all()
+    assert (routed[1, :4] == 3).all() and (routed[1, 4] == -1).all()
