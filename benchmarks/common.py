@@ -58,6 +58,28 @@ ARCHS = {
     "qwen2.5-32b": dict(model_type="qwen2", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
                         num_attention_heads=40, num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # Mixture-of-experts decoders (docs/moe.md). qwen3-moe-1.5b is a shape of our own, Qwen3-MoE-like at about
+    # 1.5B parameters (0.4B active: 32 experts, top-4) for the (b)-style comparison; the others are the real
+    # models' shapes: OLMoE-1B-7B, Qwen1.5-MoE-A2.7B (14.3B, with its shared expert) and Qwen3-30B-A3B.
+    "qwen3-moe-1.5b": dict(model_type="qwen3_moe", hidden_size=1024, intermediate_size=3072, moe_intermediate_size=512,
+                           num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+                           num_experts=32, num_experts_per_tok=4, norm_topk_prob=True, vocab_size=151936,
+                           tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1000000.0,
+                           rms_norm_eps=1e-6),
+    "olmoe-1b-7b": dict(model_type="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
+                        num_attention_heads=16, num_key_value_heads=16, num_experts=64, num_experts_per_tok=8,
+                        norm_topk_prob=False, vocab_size=50304, tie_word_embeddings=False,
+                        max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5),
+    "qwen1.5-moe-a2.7b": dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632,
+                              moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_hidden_layers=24,
+                              num_attention_heads=16, num_key_value_heads=16, num_experts=60, num_experts_per_tok=4,
+                              norm_topk_prob=False, vocab_size=151936, tie_word_embeddings=False,
+                              max_position_embeddings=8192, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                          num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, vocab_size=151936,
+                          tie_word_embeddings=False, max_position_embeddings=40960, rope_theta=1000000.0,
+                          rms_norm_eps=1e-6),
     # Tiny stand-ins for --tiny runs on a CPU (same code paths, seconds).
     "tiny-qwen2": dict(model_type="qwen2", hidden_size=128, intermediate_size=384, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, vocab_size=4096, tie_word_embeddings=True,

@@ -68,24 +68,50 @@ def card(gpu_name: Optional[str]) -> Optional[Card]:
 # ---------------------------------------------------------------------------
 
 
+def moe_terms(cfg) -> Optional[dict]:
+    """A mixture-of-experts config's MLP sizes (None for a dense one): E experts of width I_e, top-k per token,
+    a shared expert of width I_s (Qwen2-MoE; 0 elsewhere) and its gate, the router H x E."""
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    if not experts:
+        return None
+    shared = getattr(cfg, "shared_expert_intermediate_size", None) or 0
+    return dict(experts=int(experts), top_k=int(cfg.num_experts_per_tok), width=int(cfg.moe_intermediate_size
+                if getattr(cfg, "moe_intermediate_size", None) else cfg.intermediate_size), shared=int(shared))
+
+
+def _attention_params(cfg) -> int:
+    h, hq = cfg.hidden_size, cfg.num_attention_heads
+    hk = getattr(cfg, "num_key_value_heads", None) or hq
+    d = getattr(cfg, "head_dim", None) or h // hq
+    return h * hq * d + 2 * h * hk * d + hq * d * h  # q, k, v, o
+
+
 def flop_terms(cfg) -> dict:
     """Per-token matmul parameter counts of a decoder-only transformer config:
     trunk = L * (q + k + v + o + gate/up/down) = L * (H Hq d + 2 H Hk d + Hq d H + 3 H I), head = H V,
-    attn_width = L Hq d (the attention's FLOPs per pair of positions are 2 * 2 * attn_width)."""
-    h = cfg.hidden_size
-    hq = cfg.num_attention_heads
-    hk = getattr(cfg, "num_key_value_heads", None) or hq
+    attn_width = L Hq d (the attention's FLOPs per pair of positions are 2 * 2 * attn_width).
+    Mixture of experts: a token multiplies by its k experts only, so trunk counts the MLP as
+    k x 3 H I_e + 3 H I_s + H (shared expert and its gate) + H E (router); `weights` counts every expert,
+    E x 3 H I_e + ..., what a sync sends and a large decode batch reads (dense: weights = trunk)."""
+    h, hq = cfg.hidden_size, cfg.num_attention_heads
     d = getattr(cfg, "head_dim", None) or h // hq
-    inter = cfg.intermediate_size
-    layer = h * hq * d + 2 * h * hk * d + hq * d * h + 3 * h * inter  # q, k, v, o, gate/up/down
-    return dict(trunk=cfg.num_hidden_layers * layer, head=h * cfg.vocab_size,
-                attn_width=cfg.num_hidden_layers * hq * d)
+    attn = _attention_params(cfg)
+    moe = moe_terms(cfg)
+    if moe is None:
+        active = every = attn + 3 * h * cfg.intermediate_size
+    else:
+        rest = (3 * h * moe["shared"] + h if moe["shared"] else 0) + h * moe["experts"]
+        active = attn + moe["top_k"] * 3 * h * moe["width"] + rest
+        every = attn + moe["experts"] * 3 * h * moe["width"] + rest
+    layers = cfg.num_hidden_layers
+    return dict(trunk=layers * active, head=h * cfg.vocab_size, attn_width=layers * hq * d, weights=layers * every)
 
 
 def decode_weight_bytes(cfg) -> int:
-    """W: the bf16 matmul weights one engine step reads (decoder layers + LM head)."""
+    """W: the bf16 matmul weights one engine step reads (decoder layers + LM head; every expert of an MoE
+    model: a batch of many sequences routes to nearly all of them each step)."""
     t = flop_terms(cfg)
-    return BF16 * (t["trunk"] + t["head"])
+    return BF16 * (t["weights"] + t["head"])
 
 
 def kv_bytes_per_token(cfg) -> int:
@@ -97,12 +123,18 @@ def kv_bytes_per_token(cfg) -> int:
 
 
 def lora_width(cfg) -> int:
-    """sum of (d_in + d_out) over the linear layers LoRA adapts ("all-linear": q, k, v, o, gate, up, down of
-    every decoder layer; not the LM head): L * (7 H + 2 Hq d + 2 Hk d + 3 I)."""
+    """sum of (d_in + d_out) over the linear layers LoRA adapts per token ("all-linear": q, k, v, o, gate, up,
+    down of every decoder layer; not the LM head): L * (7 H + 2 Hq d + 2 Hk d + 3 I); an MoE model's token
+    passes its k experts' adapters (k (3 H + 3 I_e)), the shared expert's and the router's (H + E)."""
     h, hq = cfg.hidden_size, cfg.num_attention_heads
     hk = getattr(cfg, "num_key_value_heads", None) or hq
     d = getattr(cfg, "head_dim", None) or h // hq
-    return cfg.num_hidden_layers * (7 * h + 2 * hq * d + 2 * hk * d + 3 * cfg.intermediate_size)
+    attn = 4 * h + 2 * hq * d + 2 * hk * d
+    moe = moe_terms(cfg)
+    if moe is None:
+        return cfg.num_hidden_layers * (attn + 3 * h + 3 * cfg.intermediate_size)
+    shared = (3 * h + 3 * moe["shared"]) + (h + 1) if moe["shared"] else 0
+    return cfg.num_hidden_layers * (attn + moe["top_k"] * (3 * h + 3 * moe["width"]) + shared + h + moe["experts"])
 
 
 def sync_bytes(cfg, lora: bool) -> int:
@@ -110,9 +142,9 @@ def sync_bytes(cfg, lora: bool) -> int:
     weights plus an untied embedding; LoRA, the decoder layers' matmul weights."""
     t = flop_terms(cfg)
     if lora:
-        return BF16 * t["trunk"]
+        return BF16 * t["weights"]
     untied = 0 if getattr(cfg, "tie_word_embeddings", True) else t["head"]
-    return BF16 * (t["trunk"] + t["head"] + untied)
+    return BF16 * (t["weights"] + t["head"] + untied)
 
 
 # ---------------------------------------------------------------------------

@@ -5,10 +5,12 @@
 
 SGL_PATH=$SGL_SITE:$ROOT
 
-# The three works of the e2e comparison: (a) SmolLM2-135M arch, (b) Qwen2.5-1.5B arch, (c) Qwen2.5-7B arch + LoRA.
+# The works of the e2e comparison: (a) SmolLM2-135M arch, (b) Qwen2.5-1.5B arch, (c) Qwen2.5-7B arch + LoRA, and
+# (b)'s on a mixture-of-experts shape.
 WORK_A="--prompts 16 --group 8 --max-new-tokens 128"
 WORK_B="--arch qwen2-1.5b --prompts 32 --group 8 --max-new-tokens 512"
 WORK_C="--arch qwen2-7b --lora-rank 16 --prompts 16 --group 8 --max-new-tokens 512"
+WORK_MOE="--arch qwen3-moe-1.5b --prompts 32 --group 8 --max-new-tokens 512"  # (b)'s work on an MoE
 SGL_SYSTEMS=""
 [ -d "$SGL_SITE/sglang" ] && SGL_SYSTEMS="verl-sglang"
 

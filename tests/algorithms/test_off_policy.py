@@ -7,7 +7,7 @@ import torch
 
 from verl.algorithms.aggregation import aggregate_loss
 from verl.algorithms.masked import count_tokens_and_seqs
-from verl.algorithms.off_policy import CorrectionSpec, correct, correction_spec
+from verl.algorithms.off_policy import CorrectionSpec, correct, correction_spec, ratio_quantile
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.algorithms.rollout_is import is_weights, parse_is_threshold
 from verl.algorithms.rollout_rs import parse_rejection, rejection_mask
@@ -146,3 +146,18 @@ def test_bypass_picks_its_loss():
                              "algorithm.rollout_correction.loss_type=reinforce"])
     assert cfg.algorithm.policy_loss == "reinforce"
     assert load_config(None, ["algorithm.rollout_correction.bypass_mode=true"]).algorithm.policy_loss == "ppo"
+
+
+# rollout/is_ratio_p999: the tail of the per-token importance ratio pi_actor / pi_engine
+def test_the_quantile_of_the_masked_ratios():
+    # log r = 0, ln 2, ln 4 on the counted tokens -> r = 1, 2, 4 (the masked fourth, e^9, is left out).
+    # torch.quantile interpolates between order statistics at position (n - 1) q: q = 0.5 -> 2;
+    # q = 0.999 -> position 1.998 -> 2 + 0.998 x (4 - 2) = 3.996; q = 1 -> 4
+    engine = torch.zeros(1, 4)
+    actor = torch.tensor([[0.0, math.log(2), math.log(4), 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert ratio_quantile(actor, engine, mask, 0.5) == pytest.approx(2.0, abs=1e-6)
+    assert ratio_quantile(actor, engine, mask) == pytest.approx(3.996, abs=1e-5)
+    assert ratio_quantile(actor, engine, mask, 1.0) == pytest.approx(4.0, abs=1e-6)
+    assert ratio_quantile(actor, engine, torch.zeros(1, 4)) == 1.0  # no token counted
+    assert ratio_quantile(engine, engine, mask) == 1.0  # the same policy: every ratio 1

@@ -21,7 +21,7 @@ CFG = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=
 
 
 def test_model_sizes_by_hand():
-    assert floor.flop_terms(CFG) == dict(trunk=144, head=40, attn_width=4)
+    assert floor.flop_terms(CFG) == dict(trunk=144, head=40, attn_width=4, weights=144)
     assert floor.decode_weight_bytes(CFG) == 2 * (144 + 40)  # 368
     assert floor.kv_bytes_per_token(CFG) == 2 * 1 * 1 * 2 * 2  # K and V, 1 layer, 1 KV head of 2, bf16: 8
     # q (4 + 4) + k (4 + 2) + v (4 + 2) + o (4 + 4) + gate, up (4 + 8) each + down (8 + 4) = 8+6+6+8+36 = 64
@@ -29,6 +29,21 @@ def test_model_sizes_by_hand():
     assert floor.sync_bytes(CFG, lora=False) == 368  # tied: the head once
     assert floor.sync_bytes(SimpleNamespace(**{**vars(CFG), "tie_word_embeddings": False}), lora=False) == 448
     assert floor.sync_bytes(CFG, lora=True) == 288  # the decoder layer's matmuls only
+
+
+def test_moe_sizes_by_hand():
+    # CFG's attention (48) with 4 experts of width 8, top-2, no shared expert: a token's MLP is 2 x 3*4*8 = 192
+    # and the router 4*4 = 16: trunk 48 + 192 + 16 = 256; every expert, 4 x 96: weights 48 + 384 + 16 = 448
+    moe = SimpleNamespace(**vars(CFG), num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+    assert floor.flop_terms(moe) == dict(trunk=256, head=40, attn_width=4, weights=448)
+    assert floor.decode_weight_bytes(moe) == 2 * (448 + 40)  # a large batch reads every expert
+    assert floor.sync_bytes(moe, lora=True) == 2 * 448
+    # LoRA per token: attention 28 (q 8 + k 6 + v 6 + o 8) + 2 experts x (gate, up: 4 + 8 each, down: 8 + 4) = 72,
+    # + the router (4 + 4): 108
+    assert floor.lora_width(moe) == 108
+    # Qwen2-MoE's shared expert (width 8) and its gate (4 -> 1) on top: trunk + 96 + 4; LoRA + (12 + 24) + 5
+    shared = SimpleNamespace(**vars(moe), shared_expert_intermediate_size=8)
+    assert floor.flop_terms(shared)["trunk"] == 256 + 100 and floor.lora_width(shared) == 108 + 41
 
 
 def test_decode_bytes_two_sequences():

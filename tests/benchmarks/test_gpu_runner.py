@@ -76,7 +76,7 @@ def commands_in(line: str) -> list[list[str]]:
             stack.append([])
         elif token == ")":
             done.append(stack.pop())
-        elif stack[-1] or not re.match(r"^[A-Z_]+=", token):
+        elif stack[-1] or not re.match(r"^[A-Z_][A-Z0-9_]*=", token):
             stack[-1].append(token)
     return [c for c in done + stack if c]
 

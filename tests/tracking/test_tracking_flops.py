@@ -75,6 +75,24 @@ def test_the_benchmark_floor_counts_as_the_trainer():
     assert floor_flops(cfg, [3], [5]) == update_flops_of(t["trunk"], t["head"], 0, t["attn_width"], [3], [5])
 
 
+def test_an_moe_models_trunk_counts_the_experts_a_token_uses():
+    """Qwen3-MoE, hidden 16, 1 layer, 2 heads of 8 (q/k norms), 1 KV head, 4 experts of width 8, top-2:
+    attention q 16x16 + k, v 16x8 each + o 16x16 = 768; experts gate_up (4, 16, 16) + down (4, 8, 16) = 1,536,
+    a token uses 2 of 4: 768; router 4x16 = 64. Trunk = 768 + 768 + 64 = 1,600 matmul weights, plus the norms'
+    scales the model counts (2 x 16 layer norms + 2 x 8 q/k norms + 16 final = 64): 1,664; the floor's
+    config arithmetic (benchmarks/floor.py) gives the same 1,600 without the norms."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from benchmarks.floor import flop_terms
+
+    cfg = Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8, num_experts=4,
+                         num_experts_per_tok=2, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=8, decoder_sparse_step=1, tie_word_embeddings=False)
+    shape = model_shape(Qwen3MoeForCausalLM(cfg))
+    assert shape.trunk_params == 1600 + 64
+    assert flop_terms(cfg)["trunk"] == 1600 and flop_terms(cfg)["weights"] == 768 + 1536 + 64
+
+
 def test_compute_mfu():
     # 6e14 FLOPs in 1 s on a 989 TFLOP/s GPU
     assert compute_mfu(6e14, 1.0, 989e12) == pytest.approx(6e14 / 989e12)

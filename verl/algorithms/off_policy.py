@@ -126,3 +126,15 @@ def engine_kl(actor_log_probs: torch.Tensor, engine_log_probs: torch.Tensor, mas
     if not (mask > 0).any():
         return 0.0
     return float(masked_mean(torch.exp(log_r) - 1.0 - log_r, mask))
+
+
+def ratio_quantile(actor_log_probs: torch.Tensor, engine_log_probs: torch.Tensor, mask: torch.Tensor,
+                   q: float = 0.999) -> float:
+    """The q-quantile of the per-token importance ratio r_t = pi_actor(y_t) / pi_engine(y_t) over the masked
+    tokens (linear interpolation between order statistics, torch.quantile's default): its tail is what an MoE
+    model's routing mismatch blows up (rollout/is_ratio_p999). log r_t is clamped to [-20, 20]; 1.0 where the
+    mask counts no token."""
+    picked = (actor_log_probs.float() - engine_log_probs.float())[mask > 0]
+    if picked.numel() == 0:
+        return 1.0
+    return float(torch.quantile(torch.exp(picked.clamp(-20.0, 20.0)), q))

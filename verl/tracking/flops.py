@@ -18,7 +18,8 @@ activation recomputation under gradient checkpointing count zero). For sequences
 
 trunk: the decoder layers' matmul weights; head: the LM head's (the input embedding is a lookup, not a
 matmul); adapters: the trainable LoRA weights. 6 N a token would overstate a LoRA update's utilisation by
-about 1.5x.
+about 1.5x. A mixture-of-experts model's token multiplies by its k of E experts only: the fused expert
+tensors count k / E of their size in the trunk.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def model_shape(model) -> UpdateShape:
     adapters = 0 if trainable >= trunk else trainable  # a frozen base: only the adapters train
     cfg = getattr(model, "config", None)
     cfg = getattr(cfg, "text_config", None) or cfg  # vision-language models keep the decoder's in text_config
+    trunk -= _inactive_expert_params(params, cfg)
     layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
     heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
     hidden = int(getattr(cfg, "hidden_size", 0) or 0)
@@ -76,3 +78,14 @@ def model_shape(model) -> UpdateShape:
 def _weight(model, getter: str) -> Optional[object]:
     module = getattr(model, getter)() if hasattr(model, getter) else None
     return getattr(module, "weight", None)
+
+
+def _inactive_expert_params(params: list, cfg) -> int:
+    """The weights of the experts a token does not use: (1 - k / E) of the fused expert tensors (3-D
+    parameters, (E, in, out)) of a mixture-of-experts model; 0 for a dense one."""
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    top_k = getattr(cfg, "num_experts_per_tok", None)
+    if not experts or not top_k:
+        return 0
+    fused = sum(p.numel() for p in params if p.dim() == 3 and p.shape[0] == experts)
+    return int(fused * (1 - top_k / experts))

@@ -24,7 +24,7 @@ import torch
 
 from verl.algorithms.advantages import ESTIMATORS
 from verl.algorithms.kl import build_kl_controller
-from verl.algorithms.off_policy import engine_kl
+from verl.algorithms.off_policy import engine_kl, ratio_quantile
 from verl.algorithms.masked import masked_mean
 from verl.algorithms.off_policy import correct, correction_spec
 from verl.algorithms.pf_ppo import pf_ppo_indices
@@ -285,6 +285,7 @@ class Trainer:
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
             m["rollout/logprob_diff"] = float(masked_mean(diff, mask)) if mask.sum() > 0 else 0.0
             m["rollout/engine_kl"] = engine_kl(batch.old_log_probs, batch.rollout_log_probs, mask)
+            m["rollout/is_ratio_p999"] = ratio_quantile(batch.old_log_probs, batch.rollout_log_probs, mask)
         m.update(experience.metrics)
         for name in ("rollout_correction", "advantages", "critic", "actor", "sync"):
             m.update(self._parts.get(name) or {})
