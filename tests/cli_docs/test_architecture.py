@@ -128,13 +128,14 @@ def test_config_error_raised_only_where_a_key_can_be_blamed_at_load_time():
     raises for every trajectory is rollout.environment's fault), backends.py reaches wandb's server;
     teacher.py compares the distillation teacher's tokenizer with the student's, fp8_vllm.py reads the model
     folder's layers (what rollout.quantization: fp8 can hold), lora_adapter.py reads a saved adapter's
-    adapter_config.json; tools and interactions read real verl's tool and interaction YAML files and import the
+    adapter_config.json, engine_routing.py refuses an engine start that cannot record what rollout.routing_replay:
+    engine needs; tools and interactions read real verl's tool and interaction YAML files and import the
     classes they name, and user_class.py / custom_dataset.py / custom_sampler.py a user's dataset and sampler."""
     allowed = {"config", "compat", "agents", "tools", "interactions", "api.py", "inputs.py", "callables.py",
                "python_fn.py", "api.py", "resume.py",
                "run_folder.py", "run_lock.py", "loading.py", "tiny.py", "lora.py", "rollout.py", "factory.py",
                "multi_turn.py", "agent_parts.py", "backends.py", "teacher.py", "fp8_vllm.py", "lora_adapter.py",
-               "user_class.py", "custom_dataset.py", "custom_sampler.py"}
+               "user_class.py", "custom_dataset.py", "custom_sampler.py", "engine_routing.py"}
     offenders = []
     for folder, _, files in os.walk(ROOT):
         for name in files:

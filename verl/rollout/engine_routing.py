@@ -32,6 +32,27 @@ class MissingRouting(RuntimeError):
     pass
 
 
+def refuse_unrecorded_routing(exc: Exception, engine: str) -> None:
+    """ConfigError naming rollout.routing_replay when an engine's start failed because it cannot record the
+    routed experts (vLLM 0.32's CPU build: its V2 model runner, which needs Triton); else nothing."""
+    text = str(exc)
+    if "Model Runner V2" not in text and "routed experts" not in text:
+        return
+    from verl.errors import ConfigError
+
+    raise ConfigError(f"rollout.routing_replay: engine: {engine} cannot record the routed experts here "
+                      f"({_first_error_line(text)}); use routing_replay: pi_old, or rollout.name: hf") from None
+
+
+def _first_error_line(text: str) -> str:
+    """The message of a (pydantic-wrapped) engine config error, without pydantic's frame."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("Value error, "):
+            return ln[len("Value error, "):].split(" [type=")[0]
+    return lines[0] if lines else "no message"
+
+
 def routed_columns_from_engine(routed: list, prompt_mask: torch.Tensor, width: int) -> torch.Tensor:
     """(N, width, L, k) int16 from the samples' routed_experts arrays (S_r, L, k), in the Batch's row order;
     `prompt_mask` (N, P): the rows' left-padded prompt mask; `width` = P + R, the Batch's columns."""

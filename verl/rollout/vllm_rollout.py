@@ -50,7 +50,7 @@ import torch
 from verl.batch import Batch
 from verl.install_hint import pip_extra
 from verl.rollout.base import SamplingParams, assemble_rollout
-from verl.rollout.engine_routing import routed_columns_from_engine
+from verl.rollout.engine_routing import refuse_unrecorded_routing, routed_columns_from_engine
 from verl.rollout.hf_weights import SYNC_BUCKET_BYTES, hf_named_weights, weight_buckets
 from verl.rollout.in_process import InProcessEngine
 from verl.rollout.token_io import RustBatchDecode, free_gib, release_cached_blocks, tokenizer_path, unpadded_rows
@@ -94,15 +94,6 @@ def logprob_diff(rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor,
 # ---------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------
-
-
-def _first_error_line(exc: Exception) -> str:
-    """The message of a (pydantic-wrapped) vLLM config error, without pydantic's frame."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith("Value error, "):
-            return ln[len("Value error, "):].split(" [type=")[0]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _check_model_config(model_path: str, on_cpu: bool, supported_archs) -> None:
@@ -212,12 +203,8 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
         except ValueError as exc:
             if "not supported" in str(exc) and "rchitecture" in str(exc):
                 raise ValueError(f"{exc}\nrollout.name: vllm cannot run {model_path}; use rollout.name: hf") from exc
-            if self.record_routing and ("Model Runner V2" in str(exc) or "routed experts" in str(exc)):
-                from verl.errors import ConfigError
-
-                raise ConfigError(f"rollout.routing_replay: engine: vLLM {vllm.__version__} cannot record the routed "
-                                  f"experts here ({_first_error_line(exc)}); use routing_replay: pi_old, or "
-                                  "rollout.name: hf") from None
+            if self.record_routing:
+                refuse_unrecorded_routing(exc, f"vLLM {vllm.__version__}")  # one line when that is the cause
             raise
         finally:
             # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole
