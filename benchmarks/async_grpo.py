@@ -5,7 +5,7 @@ per segment) next to the synchronous loop; and, with
 
     python benchmarks/async_grpo.py --device cpu --threads 1 --steps 6            # tiny GPT-2, seconds a step
     python benchmarks/async_grpo.py --device cuda --model MODEL --engine vllm --prompts 32 --group 8 \\
-        --max-new-tokens 1024 --steps 8                                            # the H200 run of issue 21
+        --max-new-tokens 1024 --steps 8                                            # the H200 run
     python benchmarks/async_grpo.py --device cuda --model random:smollm2 --engine vllm --prompts 32 --group 8 \
         --lengths tail:128 --steps 8 --systems sync async-k1 async-k1-stream async-k2-stream   # drawn lengths
     python benchmarks/async_grpo.py --device cuda --recipe examples/arithmetic_grpo.yaml --minutes 4 \\

@@ -204,7 +204,7 @@ def machine_info(device) -> dict:
     info["torch_threads"] = torch.get_num_threads()
     try:
         # "-dirty" when the tracked files differ from HEAD: the GPU machine's copy of the checkout carries the
-        # session's first commit in .git beside a newer working tree (session 11 reported bdf77e9 for f34e518)
+        # session's first commit in .git beside a newer working tree (a run of 2026-12-02 reported bdf77e9 for f34e518)
         info["git_commit"] = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT,
                                             capture_output=True, text=True, timeout=5).stdout.strip()
     except Exception:

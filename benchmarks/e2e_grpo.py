@@ -76,7 +76,7 @@ work around it (requests, results, the Batch); the rest of rollout_s is scoring 
         --max-new-tokens 128 --real-verl-pythonpath /tmp/realverl          # (a) against the real verl
     python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
         --group 8 --max-new-tokens 512 --work defaults like-for-like --trl-micro-batch 32 --trl-gen-probe 3
-                                                                            # (b), both rows per peer (#40)
+                                                                            # (b), both rows per peer
     python benchmarks/e2e_grpo.py --device cuda --systems verl-vllm trl-vllm --arch qwen2-1.5b --prompts 32 \
         --group 8 --max-new-tokens 512 --work like-for-like --lengths realistic --prompt-words 48
                                                                             # (b), realistic lengths
@@ -93,8 +93,8 @@ stops them at EOS under one logit bias on both sides, calibrated for a median of
 (benchmarks/floor.py): every row gives the share of its stages' floors on the card it reaches (gen_floor_pct,
 update_mfu_pct = the update's MFU, sync_floor_pct). TRL's like-for-like micro-batch is sized to the card on a GPU
 (benchmarks/trl_memory.py) unless --trl-micro-batch sets it. Modules: e2e_trl.py (the TRL
-worker), e2e_real_verl.py (real verl), e2e_report.py (rows, ratios, table, merge), trl_generation_probe.py (#40
-item 6: TRL's engine call replayed in its own process). TRL is imported only by its worker, never by verl.
+worker), e2e_real_verl.py (real verl), e2e_report.py (rows, ratios, table, merge), trl_generation_probe.py
+(TRL's engine call replayed in its own process). TRL is imported only by its worker, never by verl.
 """
 
 from __future__ import annotations
@@ -498,7 +498,7 @@ def parse(argv=None):
     ap.add_argument("--trl-gen-probe", type=int, default=0, metavar="REPEATS",
                     help="trl-vllm: after its steps, replay its engine call REPEATS times in the same process "
                          "(benchmarks/trl_generation_probe.py)")
-    # 5 timed steps (#40 item 4): with 2-3, one slow step moved a median by 20-30%
+    # 5 timed steps: with 2-3, one slow step moved a median by 20-30%
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per system")

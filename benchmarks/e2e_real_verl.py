@@ -23,7 +23,7 @@ REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
 # ---------------------------------------------------------------------------
 # real-verl: the PyPI `verl` 0.9.x (volcengine) through its own CLI, on the same work
 # ---------------------------------------------------------------------------
-# Written without a GPU, first run on the H200 on 2026-12-02 (session 10; results below). Every key below was read from the verl-0.9.1 wheel
+# Written without a GPU, first run on the H200 on 2026-12-02 (results below). Every key below was read from the verl-0.9.1 wheel
 # (`pip download --no-deps verl==0.9.1`, the version `verl[vllm]==0.9.*` resolves to):
 #   verl/trainer/config/_generated_ppo_trainer.yaml   the flattened default config (every key used exists there,
 #                                                     except the `+`-prefixed one, added to an empty dict)
@@ -59,7 +59,7 @@ REWARD_FILE = os.path.join(HERE, "e2e_reward.py")
 # real verl's fastest path here (flash-attn, which remove-padding wants, has no PyPI wheel, verl issue #6662), and
 # that strategy=fsdp2 / use_fused_kernels would not change the ratio much (not tried: --real-verl-set); the float32
 # and LoRA keys (works (b) and (c) did not run on real verl).
-# Issue #40 (2026-12-03, CPU only): --work like-for-like appends e2e_work.REAL_VERL_LIKE_FOR_LIKE (bypass_mode with
+# Like-for-like (2026-12-03, CPU only): --work like-for-like appends e2e_work.REAL_VERL_LIKE_FOR_LIKE (bypass_mode with
 # calculate_log_probs, FSDP2, use_fused_kernels, no checkpointing) and --real-verl-token-budget replaces the one
 # micro-batch of a whole step. Checked on a CPU with hydra-core 1.3.8 against the 0.9.1 wheel's ppo_trainer.yaml
 # (compose API, by hand): both lines compose, a repeated key takes its last value (strategy fsdp2, the ref's too by

@@ -1,6 +1,6 @@
 """benchmarks/e2e_grpo.py's report: one row per (system, work) from a worker's step records, the ratios
 against the peers within the same work mode, the table; and `merge`, which combines the result JSONs of
-runs on separate machine starts into one table (issue #40 item 4):
+runs on separate machine starts into one table:
 
     python benchmarks/e2e_report.py merge run1/e2e_grpo.json run2/e2e_grpo.json --out merged/
 
@@ -176,7 +176,7 @@ def table_columns(rows: list[dict]) -> list[str]:
 def caption_notes(rows: list[dict]) -> str:
     """What each row computed, one line per (system, work) (the captions are too long for a table column)."""
     lines = [f"- {r['system']} ({r.get('work', 'defaults')}): {r['caption']}" for r in rows if r.get("caption")]
-    for r in rows:  # #40 item 6: TRL's generation call against its own engine call replayed (trl_generation_probe.py)
+    for r in rows:  # TRL's generation call against its own engine call replayed (trl_generation_probe.py)
         if r.get("gen_probe"):
             lines.append(f"- {r['system']} ({r.get('work', 'defaults')}) generation probe: "
                          + ", ".join(f"{k} {v}" for k, v in r["gen_probe"].items() if k != "sampling_params"))
@@ -192,7 +192,7 @@ def profile_stages(row: dict) -> dict:
 
 
 def stage_profile(rows: list[dict], ours: str = "verl-vllm") -> str:
-    """Issue #40 item 5: for each work mode, our row's stages (profile_stages) beside each peer's, the stages
+    """For each work mode, our row's stages (profile_stages) beside each peer's, the stages
     where ours is behind, and the ceiling: the step-time ratio ours would reach if everything but its generation
     took no time, peer step_s / our rollout_s. Both sides drive the same vLLM in these works, so a goal above
     the ceiling cannot be met by faster training code; the line says so instead of leaving a missed ratio

@@ -128,7 +128,7 @@ def worker_trl(args, prompts: list[str]) -> dict:
         s["tokens"] = (sum(p + c for p, c in s["lengths"]) if s.get("lengths")
                        else n * (prompt_tokens + s.get("completion_len", args.max_new_tokens)))
     out = dict(steps=steps)
-    if recorder is not None:  # item 6 of #40: the same engine call replayed in this process, and its variants
+    if recorder is not None:  # the generation probe: the same engine call replayed in this process, and its variants
         replays = probe.replay(recorder, args.group, args.trl_gen_probe, sync=lambda: common.sync(device))
         out["gen_probe"] = probe.summary(gen_calls, recorder, replays, probe.engine_settings(gen.llm), args.warmup)
         recorder.restore()

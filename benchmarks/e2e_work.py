@@ -1,6 +1,6 @@
-"""benchmarks/e2e_grpo.py's work axis (issue #40): which work each side computes in a row.
+"""benchmarks/e2e_grpo.py's work axis: which work each side computes in a row.
 
-    defaults       every system at its own defaults (the rows published before #40)
+    defaults       every system at its own defaults (the rows published before 2026-12-03)
     like-for-like  the same work on every side, set explicitly on each:
                    - the engine's per-token log-probs every step (verl rollout.logprob_check_every=1; TRL+vLLM
                      always asks vLLM for them, logprobs=0; real verl rollout.calculate_log_probs=True, its default)
@@ -17,7 +17,7 @@
                    - no text decoded by vLLM (verl's requests: detokenize=False; TRL: generation_kwargs detokenize=False,
                      an expert's setting: TRL reads only each output's token_ids, vllm_generation.py `all_completion_ids`,
                      while vLLM 0.26, when a request detokenizes, decodes every log-prob token to text, Python work per
-                     token; added 2026-12-04 from the generation probe, after the runs of sessions 14-15)
+                     token; added 2026-12-04 from the generation probe, after the runs of 2026-12-03)
                    - real verl at its experts' speed settings: FSDP2, use_fused_kernels=True (log-probs from the hidden
                      states, not the per-row logprobs_from_logits loop it falls back to without flash-attn)
 

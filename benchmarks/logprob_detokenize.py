@@ -1,4 +1,4 @@
-"""What vLLM's decoding of log-prob tokens costs per generated token (issue #40 item 6), without an engine.
+"""What vLLM's decoding of log-prob tokens costs per generated token, without an engine.
 
     python3 benchmarks/logprob_detokenize.py --tokens 16000 --out benchmarks/results/cpu/logprob_detokenize
 

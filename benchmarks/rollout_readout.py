@@ -9,10 +9,10 @@ be checked here before GPU time is spent on it.
     python benchmarks/rollout_readout.py --busy 1     # beside one busy-spinning process, as SGLang's scheduler
 
 The baseline row is the plain way to build the same two tensors (`torch.tensor` over a list
-of all ids, and over a list of all log-probs, the form before 2026-12-01 session 5), timed in the same run
+of all ids, and over a list of all log-probs, the form before 2026-12-01), timed in the same run
 on the same lists. On the H200 on 2026-12-01 verl's seconds around SGLang's call were 0.026 s at
 64 sequences and 0.181 s at 256 sequences of 256 tokens (this script, before the trim, on a 2-core CPU:
-0.017 s and 0.050 s). On 2026-12-01 (session 6) this script on the H200 host's own CPU, with no engine in
+0.017 s and 0.050 s). On 2026-12-01 this script on the H200 host's own CPU, with no engine in
 the process, took 0.013 s and 0.028 s: the host is not slow at this work; inside the SGLang run something
 else costs the difference. The likely cause, measured here with --busy: torch's OpenMP pool (and the
 tokenizer's Rust pool beside it) wait for their threads at every op, and a process spinning on a core
@@ -63,7 +63,7 @@ def timings(fn, repeats: int) -> list[float]:
 
 
 def assemble_with_torch_ops(prompts: Batch, responses, log_probs, tokenizer) -> tuple:
-    """The baseline: assemble_rollout's arrays as it built them before session 6, with torch's
+    """The baseline: assemble_rollout's arrays as it built them before 2026-12-01, with torch's
     masked scatter, cat and cumsum (its OpenMP pool), plus the same batch decode."""
     n, resp_len = len(responses), max(len(r) for r in responses)
     lengths = [len(r) for r in responses]
@@ -107,7 +107,7 @@ def measure(n: int, length: int, repeats: int, tok, prompt_len: int = 64) -> lis
         "assemble_rollout (tensors + decode)": lambda: assemble_rollout(prompts, responses, log_probs, decoder,
                                                                          length, finished=finished),
         "  of which: batch decode of the texts": lambda: decoder.batch_decode(responses, skip_special_tokens=True),
-        "baseline: the same Batch with torch's ops (before session 6)": lambda: assemble_with_torch_ops(
+        "baseline: the same Batch with torch's ops (before 2026-12-01)": lambda: assemble_with_torch_ops(
             prompts, responses, log_probs, decoder),
         "baseline: torch.tensor(list(chain)) for ids and log-probs": lambda: (
             torch.tensor(list(itertools.chain.from_iterable(responses)), dtype=torch.long),

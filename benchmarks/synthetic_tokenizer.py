@@ -10,7 +10,7 @@ def synthetic_tokenizer(vocab_size: int, triples: bool = False):
     """A byte-level BPE tokenizer built offline in a second: 3 special tokens, the 256 byte symbols, then
     merges of byte pairs, up to `vocab_size` tokens and at most 65,795. A Qwen-sized random model (151,936
     ids) therefore samples 57% of its ids past the tokenizer: they decode to "" on every side alike
-    (HF, vLLM, TRL), and the other 43% are one or two bytes. Kept so, so that the H200 runs of sessions 8-15 stay
+    (HF, vLLM, TRL), and the other 43% are one or two bytes. Kept so, so that the H200 runs of 2026-12-02 to 12-04 stay
     comparable with later ones; text decoding costs about what a real tokenizer's does: vLLM's log-prob token
     decoding (detokenize=True) added 7.4 us a token with this, 5.2 with SmolLM2's real tokenizer and 12.3 with
     pair+byte triples filling all 151,936 ids (`triples=True`), on the 2-core CPU, 2026-12-04

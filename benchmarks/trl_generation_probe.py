@@ -1,4 +1,4 @@
-"""Why is TRL's colocated generation 2-4x slower than raw vLLM? (issue #40 item 6)
+"""Why is TRL's colocated generation 2-4x slower than raw vLLM?
 
 Run inside the trl-vllm worker of benchmarks/e2e_grpo.py (`--trl-gen-probe REPEATS`): in the same process as
 TRL's colocated engine, after its timed steps, the probe
@@ -25,7 +25,7 @@ real engine (vLLM 0.32 on the CPU, TRL's LLM settings, tiny-llama): the recorder
 leave TRL's SamplingParams untouched, the n=group variant returns group full-length completions per unique prompt,
 the logprobs=None variant none, and engine_settings reads max_num_seqs / max_num_batched_tokens / logprobs_mode.
 The whole trl-vllm worker could not run on this CPU: TRL 1.16's sync_weights fails on vLLM 0.32's loaders
-('Parameter' object has no attribute 'weight_loader'); the H200 has vLLM 0.26, where TRL ran in sessions 8-12.
+('Parameter' object has no attribute 'weight_loader'); the H200 has vLLM 0.26, where TRL ran on 2026-12-02.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The vision-language recipe (#44 item 4): does RL through the image path teach a blind model to count?
+"""The vision-language recipe: does RL through the image path teach a blind model to count?
 
     python3 benchmarks/vl_recipe.py --device cuda --minutes 4 --out /tmp/h200_results/vl_recipe
 

@@ -62,7 +62,7 @@ def test_gc_paused_turns_the_collector_off_for_the_call_only():
         gc.enable()
 
 
-# The end of the stderr of the H200 run's failed sync system (2026-12-01, session 5), abridged.
+# The end of the stderr of the H200 run's failed sync system (2026-12-01), abridged.
 H200_STDERR = """INFO 12-01 20:18:02 [block_pool.py:790] Successfully reset prefix cache
 CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163
 [rank0]: Traceback (most recent call last):

@@ -1,4 +1,4 @@
-"""benchmarks/e2e_grpo.py's work axis (issue #40), on a CPU without TRL, vLLM or a GPU: the settings each side
+"""benchmarks/e2e_grpo.py's work axis, on a CPU without TRL, vLLM or a GPU: the settings each side
 gets per work mode (verl's config, TRL's GRPOConfig keywords, the worker command), the row captions, the
 step spread, ratios within one work mode, the merge of two runs, and the TRL generation probe's replay
 against a stand-in engine."""

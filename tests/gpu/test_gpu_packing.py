@@ -5,8 +5,8 @@ shape; and its log-probs on a batch of very different lengths (the long-tail wor
 benchmarks/async_grpo.py --lengths tail:M) agree with the padded path's.
 
 Why: the CPU suite tests the packed attention on the CPU paths only (per-sequence SDPA / eager). On
-the H200 the long-tail GRPO update took 5.2 s for ~59k tokens (session 8): that run computed in float32,
-where packing falls back to per-sequence SDPA; in bf16 it took 0.43 s (session 9). Run on the H200:
+the H200 the long-tail GRPO update took 5.2 s for ~59k tokens (2026-12-02): that run computed in float32,
+where packing falls back to per-sequence SDPA; in bf16 it took 0.43 s (a later run that day). Run on the H200:
 `pytest -m gpu tests/gpu/test_gpu_packing.py` (also selected by `h200_run.sh cuda-tests`).
 """
 

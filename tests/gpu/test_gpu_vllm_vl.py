@@ -1,4 +1,4 @@
-"""vLLM rollout of a vision-language model on a CUDA GPU (issue #44; run on the H200:
+"""vLLM rollout of a vision-language model on a CUDA GPU (run on the H200:
 pytest -m gpu tests/gpu/test_gpu_vllm_vl.py).
 
 Every test is marked `gpu` (tests/conftest.py skips them without CUDA). The CPU checks of the same code

@@ -1,4 +1,4 @@
-"""The vision-language recipe (#44 item 4): the counting data generator (verl/data/counting_images.py), the
+"""The vision-language recipe: the counting data generator (verl/data/counting_images.py), the
 hybrid LLaVA builder (verl/models/hybrid_vl.py), examples/counting_vl_grpo_cpu.yaml for 2 steps and the
 benchmark driver (benchmarks/vl_recipe.py) on the CPU."""
 
@@ -210,7 +210,7 @@ def test_benchmark_driver_on_the_cpu(tmp_path):
     row = res["rows"][0] if "rows" in res else res
     assert row["steps"] == 2 and row["text_only_acc"] == 0.25 and row["acc_first"] is not None
     assert row["acc_last"] is not None and row["step_s_median"] > 0
-    # best_step: the first validation at acc_best (step 0 or 2 here; GPU session 15: step 70 of 228)
+    # best_step: the first validation at acc_best (step 0 or 2 here; the H200 run of 2026-12-04: step 70 of 228)
     assert [c["step"] for c in row["curve"] if c["acc"] == row["acc_best"]][0] == row["best_step"]
     assert row["best_step"] in (0, 2) and row["best_minutes"] >= 0
     assert (out / "vl_recipe.png").exists() and (out / "grpo" / "metrics.jsonl").exists()

@@ -102,7 +102,7 @@ def test_defaults_fit_an_update_that_one_micro_batch_does_not(capsys):
     """Qwen2.5-1.5B architecture (random weights), bf16 autocast over float32 master weights,
     256 sequences of 64 + 512 tokens with micro_batch_size 256: the whole batch in one
     micro-batch needs ~0.5 TB of activations (3.6 MB a token by the estimate) and ran out of
-    memory on the H200 (issue 19). With the key unset the derived budget cuts it into several
+    memory on the H200. With the key unset the derived budget cuts it into several
     micro-batches and the update runs without an out-of-memory retry."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 

@@ -87,7 +87,7 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
 
 def test_compiled_layers_with_lora_equal_eager(tiny_qwen2):
     """model.torch_compile with LoRA (peft's adapter layers inside the compiled decoder layers; auto leaves
-    it off for LoRA until it is measured on the GPU, issue #40 work (c)): the same log-probs and adapter
+    it off for LoRA until it is measured on the GPU at work (c)): the same log-probs and adapter
     gradients as eager, the frozen base getting none."""
     from transformers import AutoModelForCausalLM
 

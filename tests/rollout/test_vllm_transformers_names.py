@@ -1,5 +1,5 @@
 """verl.rollout.vllm_transformers_names: the names vLLM 0.26's Pixtral module imports from a transformers that renamed
-them (the H200's vLLM LLaVA failure of session 15), and the CLI's one line for a multi-line error."""
+them (the H200's vLLM LLaVA failure of 2026-12-03), and the CLI's one line for a multi-line error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM rollout of vision-language models (issue #44): requests with images, the expanded prompts,
+"""vLLM rollout of vision-language models: requests with images, the expanded prompts,
 engine construction, weight sync of the vision tower (model.freeze_vision_tower), LoRA export,
 SGLang's refusal.
 

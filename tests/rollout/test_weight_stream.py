@@ -1,6 +1,6 @@
 """The weight sync streams a module's weights into vLLM in bounded buckets.
 
-On the H200 (session 11) a Qwen2.5-32B LoRA run ran out of memory at its first sync: the sync
+On the H200 (2026-12-02) a Qwen2.5-32B LoRA run ran out of memory at its first sync: the sync
 built the list of every merged weight (W + B A, new tensors) before loading any, a second bf16
 copy of the 61 GiB base. `hf_weights.weight_buckets` now cuts a lazy stream into buckets, and
 vLLM's direct reload draws each bucket only after the one before is loaded. No CPU engine takes

@@ -107,7 +107,7 @@ class RolloutConfig(Section):
     # and, where the loss reads them (async_training, tis_cap > 0, multi-turn rollouts), the loss: those
     # get them every step. Otherwise they are asked for on every k-th training step and the first of each
     # run; vLLM skips computing them on the others (the log-softmax over the vocabulary each decode step
-    # costs 10-35% of raw vLLM's tokens/s, issue 19's table). The HF and SGLang engines report them anyway.
+    # costs 10-35% of raw vLLM's tokens/s, docs/vllm.md). The HF and SGLang engines report them anyway.
     # 10: a stale engine (a sync that did not land) is caught within 10 steps, for ~1/10 of the cost;
     # 1 checks every step. None: 10, or 1 under quantization: fp8 (its mismatch is logged every step).
     logprob_check_every: Optional[int] = key(None, ge=1, resume_safe=True)

@@ -5,7 +5,7 @@ vLLM 0.26 (the H200's, `verl[vllm]`) imports, in vllm/model_executor/models/pixt
 5.17 renamed the first to `PixtralVisionRotaryEmbedding` and dropped the second (vLLM 0.32 no longer imports
 either). vLLM's LLaVA module imports its Pixtral module, so with transformers >= 5.17 every LLaVA model
 (CLIP or SigLIP tower too) fails vLLM's architecture check: "Model architectures
-['LlavaForConditionalGeneration'] failed to be inspected" (seen on the H200, session 15; vllm-project/vllm
+['LlavaForConditionalGeneration'] failed to be inspected" (seen on the H200, 2026-12-03; vllm-project/vllm
 PR 56496 names the same rename).
 
 `register()` puts a stand-in under each missing name. It does not try to emulate the old classes: a stand-in

@@ -7,7 +7,7 @@
 
 normal (the default): the engine runs on the stream it picks in the producer thread (vLLM makes one per
 thread), and its kernels compete for the GPU's SMs with the update's on equal terms. On the H200 (bf16) an
-engine step took 2.96 ms alone and 3.75 ms beside the update (session 9, docs/async.md).
+engine step took 2.96 ms alone and 3.75 ms beside the update (on the H200, 2026-12-02, docs/async.md).
 
 high: the producer thread runs on a stream of the device's highest priority, so the GPU's block scheduler
 starts the engine's small decode kernels ahead of the update's waiting blocks. The weight sync then runs
