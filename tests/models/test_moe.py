@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conftest import capture_first_grads, small_overrides
+from moe_helpers import padded_and_packed_log_probs
 from verl import create_trainer, load_config
 from verl.config import ConfigError
 from verl.models.moe import MoeRouting, expert_load, load_metrics, route
@@ -108,17 +109,9 @@ def _cfg(tmp_path, name, arch="qwen3_moe", **extra):
 def test_packed_equals_padded_and_micro_batch_1_equals_4(tmp_path, monkeypatch):
     """The actor's log-probs of one batch with packed and padded micro-batches, and the first update's
     gradients with micro-batches of 1 and of 4 (no auxiliary loss: training.router_aux_loss_coef 0)."""
-    import dataclasses
-
-    from verl.workers.packing import causal_lm_trunk, prepare_packing
-
     trainer = create_trainer(_cfg(tmp_path, "p", **{"training.router_aux_loss_coef": 0.01}))
     batch = trainer.rollout.generate(trainer.train_data.next_batch(), trainer.sampling.for_step(1))
-    actor = trainer.actor
-    padded = actor.compute_log_probs(batch)[0]
-    actor.micro = dataclasses.replace(actor.micro, packed=True)
-    actor.packing_mode = prepare_packing(causal_lm_trunk(actor.model))
-    packed = actor.compute_log_probs(batch)[0]
+    padded, packed = padded_and_packed_log_probs(trainer, batch)
     mask = batch.response_mask.bool()
     # two paths (padded attention with a mask, packed varlen rows): float32 log-probs agree to a few ulps of the
     # attention sums; the routers see the same real tokens, so the same experts (atol 1e-5)
@@ -143,6 +136,7 @@ def test_resume_equals_uninterrupted(tmp_path):
     full.train()
     ckpt = os.path.join(tmp_path / "full", "checkpoints", "step_000002")
     resumed = create_trainer(_cfg(tmp_path, "resumed", **extra, **{"checkpoint.resume": ckpt}))
+    assert resumed.global_step == 2  # it continues from the checkpoint: steps 3 and 4 only
     resumed.train()
     want = dict(full.actor.model.named_parameters())
     for name, p in resumed.actor.model.named_parameters():

@@ -13,7 +13,9 @@ families on the tiny random models, with the adapters' B set to random values so
 - the sync stream in the checkpoint layout (one tensor per expert) equals the plain merged model's;
 - replaying the (adapted) routers' own choices changes nothing; the experts' adapters get gradients;
 - a trainer run with the HF engine's own weight copy keeps the engine on the actor: rollout/logprob_diff
-  stays below 1e-4 after updates that moved the expert adapters.
+  stays below 1e-4 after updates that moved the expert adapters;
+- packed micro-batches equal padded ones, and a resume from a full-state checkpoint equals the uninterrupted run
+  (the experts' adapters saved and restored).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conftest import small_overrides
+from moe_helpers import padded_and_packed_log_probs
 from verl import create_trainer, load_config
 from verl.config import ConfigError
 from verl.models.lora import adapted_weights, apply_lora, merged_state_items
@@ -130,3 +133,41 @@ def test_a_run_keeps_the_engine_on_the_adapted_actor(tmp_path):
     finally:
         trainer.run.close()
     assert max(diffs) < 1e-4, diffs
+
+
+def _lora_cfg(tmp_path, name, **extra):
+    over = {"model.name": "tiny:qwen3_moe", "model.lora.rank": 4, "model.lora.alpha": 8, "rollout.name": "hf",
+            "training.total_steps": 2, "training.batch_size": 4, "training.micro_batch_size": 4, "training.lr": 1e-2,
+            "checkpoint.save_dir": str(tmp_path / name), **extra}
+    return load_config(None, small_overrides(tmp_path, **over))
+
+
+def test_packed_equals_padded_with_adapted_experts(tmp_path):
+    trainer = create_trainer(_lora_cfg(tmp_path, "p"))
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for name, param in trainer.actor.model.named_parameters():
+            if "lora_B" in name:
+                param.data = torch.randn(param.shape, generator=gen) * 0.1
+        batch = trainer.rollout.generate(trainer.train_data.next_batch(), trainer.sampling.for_step(1))
+        padded, packed = padded_and_packed_log_probs(trainer, batch)
+    finally:
+        trainer.run.close()
+    mask = batch.response_mask.bool()
+    assert torch.allclose(packed[mask], padded[mask], atol=1e-5, rtol=1e-5)  # as tests/models/test_moe.py
+
+
+def test_resume_with_adapted_experts_equals_uninterrupted(tmp_path):
+    """The experts' adapters (nested ParamWrappers) go into the full-state checkpoint and come back."""
+    extra = {"training.total_steps": 4, "checkpoint.save_full_every": 2}
+    full = create_trainer(_lora_cfg(tmp_path, "full", **extra))
+    full.train()
+    ckpt = tmp_path / "full" / "checkpoints" / "step_000002"
+    resumed = create_trainer(_lora_cfg(tmp_path, "resumed", **extra, **{"checkpoint.resume": str(ckpt)}))
+    assert resumed.global_step == 2  # it continues from the checkpoint: steps 3 and 4 only
+    resumed.train()
+    want = dict(full.actor.model.named_parameters())
+    adapters = [n for n in want if "experts" in n and "lora_" in n]
+    assert adapters and any(float(want[n].abs().max()) > 0 for n in adapters if "lora_B" in n)
+    for name, p in resumed.actor.model.named_parameters():
+        assert torch.allclose(p, want[name], atol=1e-6, rtol=0), name
