@@ -162,6 +162,10 @@ def _custom_fn(prefix: str) -> list:
 
 
 _SERVING = "the reward model runs in this process here (Hugging Face); real verl's serving settings do not apply"
+# A code data source's reward (codecontests, apps, codeforces, taco) runs the program in verl's own sandbox
+# (verl/rewards/real_verl_scores/code.py), by the rule real verl applies without a sandbox URL
+_SANDBOX_FUSION = ("code-execution rewards run in verl's local sandbox, by the rule real verl applies without a "
+                   "sandbox URL (prime_code's), not at this URL")
 
 ENTRIES: list = [
     *_custom_fn(OLD_FN),
@@ -182,7 +186,7 @@ ENTRIES: list = [
                                               "(+ algorithm.overlong_penalty), gdpo (= naive), prime (= naive "
                                               "with reward_fn.on_error=zero); others are refused")),
     ("reward_model.reward_kwargs", dict(reads("reward_model.reward_manager"), dict_value=True)),
-    ("reward_model.sandbox_fusion.url", only(None, why="code-execution rewards (sandbox fusion)")),
+    ("reward_model.sandbox_fusion.url", ignored(_SANDBOX_FUSION)),
     ("reward_model.sandbox_fusion.*", ignored("used with sandbox_fusion.url only")),
     ("reward_model.*", ignored(_SERVING)),
     ("reward.reward_manager.name", dict(convert=_reward_manager, target="(checked) / reward_fn.on_error",
@@ -195,9 +199,9 @@ ENTRIES: list = [
                                         target="reward_fn.type = huggingface_rm", note="as reward_model.enable")),
     ("reward.reward_model.model_path", reads("reward.reward_model.enable")),
     ("reward.reward_model.*", ignored(_SERVING)),
-    ("reward.sandbox_fusion.url", only(None, why="code-execution rewards (sandbox fusion)")),
+    ("reward.sandbox_fusion.url", ignored(_SANDBOX_FUSION)),
     ("reward.sandbox_fusion.*", ignored("used with sandbox_fusion.url only")),
     ("reward.num_workers", ignored("rewards are computed in this process")),
-    ("sandbox_fusion.url", only(None, why="code-execution rewards (sandbox fusion)")),
+    ("sandbox_fusion.url", ignored(_SANDBOX_FUSION)),
     ("sandbox_fusion.*", ignored("used with sandbox_fusion.url only")),
 ]

@@ -6,12 +6,13 @@ its own rule. This type does the same with our exact re-implementation of those 
 (verl.rewards.real_verl_scores, which lists the routing): `openai/gsm8k` reads `#### n` in the last
 300 characters and compares strings, the MATH sources the Hendrycks `\\boxed{}` equivalence,
 math_dapo / math / math_dapo_reasoning / aime* DAPO's `Answer:` rule (+1 / -1),
-hiyouga/geometry3k the geo3k rule, searchR1_* the Search-R1 exact match. They are not our lenient
+hiyouga/geometry3k the geo3k rule, searchR1_* the Search-R1 exact match, codecontests / apps / codeforces /
+taco the response's program run against the row's tests in verl's sandbox. They are not our lenient
 `gsm8k` / `math` types (verl.rewards.verifiable): the score of every row equals real verl's.
 
 Real verl's fixed settings apply (format score 0; `reward_fn.format_score` is not read). A sample
 whose data_source real verl does not know, or routes to a scorer not built in here (numina_*:
-prime_math; codecontests, apps, codeforces, taco: code execution), is a per-sample error naming
+prime_math), is a per-sample error naming
 it (real verl raises there too); `on_error` decides. DAPO's `acc` is logged as
 `reward/<name>/acc` (the mean over the rows that have it; real verl's reward_extra_info), and the
 manager reports each data source's mean as `reward/<data_source>/mean`.

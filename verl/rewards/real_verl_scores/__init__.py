@@ -12,7 +12,8 @@ Routing, tried in this order (names compared exactly, as real verl does):
       HuggingFaceH4/MATH-500
     math_dapo, math, math_dapo_reasoning, aime*          math_dapo        (math_dapo.py; a dict result)
     numina_aops_forum, numina_synthetic_math, ...        real verl's prime_math: not built in here
-    codecontests, apps, codeforces, taco                 real verl runs code: not built in here
+    codecontests, apps, codeforces, taco                 code             (code.py: the program runs against the
+                                                                           row's tests in verl's sandbox)
     hiyouga/geometry3k                                   geo3k            (verl.rewards.geo3k)
     searchR1_nq, searchR1_triviaqa, ...                  search_r1        (search_r1.py)
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from verl.rewards.real_verl_scores import gsm8k, hendrycks_math, math_dapo, search_r1
+from verl.rewards.real_verl_scores import code, gsm8k, hendrycks_math, math_dapo, search_r1
 
 MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 DAPO_SOURCES = ("math_dapo", "math", "math_dapo_reasoning")
@@ -36,7 +37,7 @@ CODE_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 SEARCH_SOURCES = ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
                   "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle")
 BUILT_IN = ", ".join(["openai/gsm8k", *MATH_SOURCES, *DAPO_SOURCES, DAPO_PREFIX + "*", "hiyouga/geometry3k",
-                      "searchR1_* (7 names)"])
+                      "searchR1_* (7 names)", *CODE_SOURCES])
 
 
 class UnknownSource(ValueError):
@@ -54,7 +55,8 @@ def _geo3k(response: str, ground_truth) -> float:
 
 
 SCORERS: dict[str, Callable] = {"gsm8k": gsm8k.score, "hendrycks_math": hendrycks_math.score,
-                                "math_dapo": math_dapo.score, "geo3k": _geo3k, "search_r1": search_r1.score}
+                                "math_dapo": math_dapo.score, "geo3k": _geo3k, "search_r1": search_r1.score,
+                                "code": code.score}
 
 
 def scorer_name(data_source) -> Optional[str]:
@@ -69,6 +71,8 @@ def scorer_name(data_source) -> Optional[str]:
         return "geo3k"
     if data_source in SEARCH_SOURCES:
         return "search_r1"
+    if data_source in CODE_SOURCES:
+        return "code"
     return None
 
 
@@ -80,9 +84,6 @@ def check_source(data_source) -> str:
     if data_source in NUMINA_SOURCES:
         raise NotBuiltIn(f"data_source {data_source!r}: real verl scores it with its prime_math scorer, which is "
                          f"not built in here; give a custom reward (reward_fn.type: python)")
-    if data_source in CODE_SOURCES:
-        raise NotBuiltIn(f"data_source {data_source!r}: real verl scores it by running the code (sandbox_fusion "
-                         f"or prime_code), which is not built in here; give a custom reward (reward_fn.type: python)")
     raise UnknownSource(f"no default scorer for data_source {data_source!r} (built in: {BUILT_IN}); set "
                         f"reward_fn.type or a custom reward")
 
