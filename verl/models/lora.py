@@ -91,9 +91,10 @@ def _target_parameters(model, targets, setting) -> list | None:
     if targets != "all-linear" or not found:
         return None
     router_ids = {id(r.weight) for r in found}
+    experts = found[0].num_experts
     names = set()
-    for name, param in model.named_parameters():
-        if param.ndim == 3 or id(param) in router_ids:
+    for name, param in model.named_parameters():  # (E, in, out) expert tensors; not a vision tower's Conv1d
+        if (param.ndim == 3 and param.shape[0] == experts) or id(param) in router_ids:
             layer_local = name.split(".layers.", 1)[-1].partition(".")[2]  # mlp.experts.gate_up_proj
             if layer_local:
                 names.add(layer_local)

@@ -187,7 +187,7 @@ class VLLMRollout(InProcessEngine):  # sync_weights: verl/rollout/in_process.py
             kwargs.update(engine_args(self.fp8))
             print(self.fp8.summary(), flush=True)
         self._synced_once = False
-        # rollout.routing_replay: engine -- vLLM records each token's experts (verl.rollout.engine_routing.py)
+        # rollout.routing_replay: engine -- vLLM records each token's experts (verl/rollout/engine_routing.py)
         self.record_routing = getattr(rollout_cfg, "routing_replay", "off") == "engine"
         if self.record_routing:
             kwargs["enable_return_routed_experts"] = True
