@@ -21,6 +21,7 @@ import ray  # noqa: E402,F401  (the test extra installs it: a missing one must f
 
 from conftest import small_overrides  # noqa: E402
 from verl import create_trainer, load_config  # noqa: E402
+from verl.distributed import DistributedError  # noqa: E402
 
 STEPS = 2
 
@@ -53,10 +54,12 @@ def test_two_workers_train_an_moe_model_like_one_process(ray_local, tmp_path):
             moved, diff = (a[k] - init[k]).norm(), (a[k] - b[k]).norm()
             assert diff <= 1e-3 * moved + 1e-6, (k, float(diff), float(moved))
         assert max(float((a[k] - init[k]).abs().max()) for k in experts) > 0  # the experts trained
+        # a second Ray trainer while this one holds its workers: one line that says what to do
+        with pytest.raises(DistributedError, match=r"still holds its workers; call that trainer's close\(\) first"):
+            _run(tmp_path, "dp2", **{"distributed.backend": "ray", "distributed.devices_per_node": 2})
     finally:
-        single.run.close()
-        dp.run.close()
-        dp.backend.shutdown()  # its rank processes and placement group (the next test reserves its own)
+        single.close()
+        dp.close()  # its rank processes and placement group: the next test reserves its own
 
 
 def test_the_aux_loss_under_two_workers(ray_local, tmp_path):
@@ -70,6 +73,5 @@ def test_the_aux_loss_under_two_workers(ray_local, tmp_path):
         for s, d in zip(single_m, dp_m):
             assert math.isclose(s["moe/aux_loss"], d["moe/aux_loss"], rel_tol=0.05), (s["moe/aux_loss"], d["moe/aux_loss"])
     finally:
-        single.run.close()
-        dp.run.close()
-        dp.backend.shutdown()  # its rank processes and placement group (the next test reserves its own)
+        single.close()
+        dp.close()

@@ -138,3 +138,17 @@ def test_old_log_probs_from_update_change_nothing_but_speed(tmp_path, monkeypatc
 def test_multi_epoch_keeps_the_separate_old_log_prob_pass(tmp_path, monkeypatch, tiny_qwen2):
     _, m = _grpo_step(tmp_path, monkeypatch, "ep2", **{"training.num_epochs": 2})
     assert "timing_s/old_log_prob" in m
+
+
+def test_close_ends_the_run_and_lets_the_folder_go(tmp_path):
+    """`with create_trainer(...) as t:` closes on leaving the block: the run is done and its folder is free for
+    another process (the lock released); a second close does nothing more."""
+    cfg = load_config(None, small_overrides(tmp_path, **{"training.total_steps": 1}))
+    with create_trainer(cfg) as trainer:
+        trainer.step()
+    assert trainer.run.done
+    trainer.close()
+    probe = subprocess.run([sys.executable, "-c", "import sys; from verl.checkpoint.run_lock import hold_run_folder; "
+                            "hold_run_folder(sys.argv[1]); print('held')", cfg.checkpoint.save_dir],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0 and "held" in probe.stdout, probe.stderr[-2000:]

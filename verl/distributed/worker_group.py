@@ -117,7 +117,14 @@ class ResourcePool:
         self.name, self.size, self.use_gpu = name, bundles, use_gpu
         spec = {"CPU": 1.0, "GPU": 1.0} if use_gpu else {"CPU": 1.0}
         self.bundle_spec = spec
-        self.pg = placement_group([dict(spec) for _ in range(bundles)], strategy="PACK", name=f"verl-{name}")
+        try:
+            self.pg = placement_group([dict(spec) for _ in range(bundles)], strategy="PACK", name=f"verl-{name}")
+        except Exception as exc:  # Ray's own error type for a taken name varies between its versions
+            if "already exists" not in str(exc):
+                raise
+            raise DistributedError(
+                f"the placement group 'verl-{name}' exists: an earlier trainer in this process (or another driver "
+                "on this Ray cluster) still holds its workers; call that trainer's close() first") from None
         try:
             ray.get(self.pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:

@@ -121,6 +121,20 @@ class Trainer:
     def global_step(self) -> int:
         return self.counters.global_step
 
+    def close(self) -> None:
+        """The end of this trainer: its run closes (the asynchronous producer, the logs, the folder) and the
+        backend releases what it started (Ray's worker processes and their devices), so that another trainer
+        in this process can take them. Calling it again does nothing more. `with create_trainer(cfg) as t:`
+        closes on leaving the block."""
+        self.run.close()
+        self.backend.shutdown()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ the step
     def step(self) -> dict:
         """One step with the run's cadence around it (logs, validation, checkpoints, the final save at
