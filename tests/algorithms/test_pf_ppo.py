@@ -1,6 +1,7 @@
 """Preference-feedback PPO (verl/algorithms/pf_ppo.py, real verl's algorithm.use_pf_ppo): the weights by hand,
 the resampled rows against real verl 0.9.1's compute_pf_ppo_reweight_data (tests/real_verl_oracle.py), the
-translation of its keys and a training step that trains on the resampled batch."""
+translation of its keys, a training step that trains on the resampled batch, and its entropy metric taken over the
+pi_old pass's rows."""
 
 import json
 
@@ -96,3 +97,38 @@ def test_a_step_trains_on_the_resampled_batch(tmp_path, tiny_gpt2):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
                if "pf_ppo/unique_samples" in line][-1]
     assert 1 <= metrics["pf_ppo/unique_samples"] <= 4  # 4 sequences drawn with replacement from 4
+
+
+def test_the_entropy_metric_is_of_the_pi_old_pass_rows(tmp_path, tiny_gpt2, monkeypatch):
+    """actor/entropy is the pi_old pass's entropy over that pass's rows (the batch before the resampling, as
+    real verl logs it), not over the resampled batch's masks. The resampling here draws row 0 four times, so
+    the two masks differ wherever the rows' lengths do."""
+    from conftest import small_overrides
+
+    import verl.trainer.trainer as trainer_mod
+    from verl import create_trainer, load_config
+    from verl.algorithms.masked import masked_mean
+
+    monkeypatch.setattr(trainer_mod, "pf_ppo_indices", lambda scores, *a: torch.zeros(len(scores), dtype=torch.long))
+    cfg = load_config(None, small_overrides(tmp_path, **{
+        "model.name": tiny_gpt2, "algorithm.name": "ppo", "algorithm.pf_ppo.enable": "true", "rollout.n": 2,
+        "training.batch_size": 2, "rollout.max_new_tokens": 24, "rollout.stop": "[e]",
+        "training.old_log_probs_from_update": "false"}))
+    trainer = create_trainer(cfg)
+    seen = {}
+    first_pass = trainer.compute_old_log_probs
+
+    def keep(batch):
+        pi_old = first_pass(batch)
+        seen.update(entropy=pi_old.entropy.clone(), mask=batch.response_mask.clone())
+        return pi_old
+    monkeypatch.setattr(trainer, "compute_old_log_probs", keep)
+    try:
+        metrics = trainer.step()
+    finally:
+        trainer.close()
+    mask = seen["mask"]
+    resampled = mask[torch.zeros(len(mask), dtype=torch.long)]
+    assert not torch.equal(mask, resampled)  # the rows' lengths differ: the two masks weigh other tokens
+    assert metrics["actor/entropy"] == pytest.approx(float(masked_mean(seen["entropy"], mask)), rel=1e-6)
+    assert metrics["actor/entropy"] != pytest.approx(float(masked_mean(seen["entropy"], resampled)), rel=1e-6)

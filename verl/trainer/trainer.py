@@ -153,7 +153,8 @@ class Trainer:
         self._seed_step()
         experience = self.experience.next()                               # 1-2. sample, score (now or ahead)
         batch = experience.batch
-        pi_old = self.compute_old_log_probs(batch)                        # 3. log pi_old, log pi_ref, V
+        first = self.compute_old_log_probs(batch)                         # 3. log pi_old, log pi_ref, V
+        pass_mask = batch.response_mask  # the rows of that pass: this batch, before pf_ppo resamples it
         self.compute_ref_log_probs(batch)
         self.compute_teacher_log_probs(batch)
         self.compute_values(batch)
@@ -161,14 +162,15 @@ class Trainer:
         batch = self.compute_advantages(batch, score_mask)                # 4. (pf_ppo: a resampled batch)
         experience.batch = batch  # the step's metrics are of the batch trained on, as real verl's
         self.update_critic(batch)                                         # 5.
-        pi_old = self.update_actor(batch, pi_old)                         # 6. (a deferred pi_old: from it)
+        pi_old = self.update_actor(batch, first)                          # 6. (a deferred pi_old: from it)
         self.train_data.after_step(batch, self.global_step + 1)           # a curriculum sampler's update(batch)
         self._parts["sync"] = self.experience.after_update()              # 7. new weights -> engine
         # the adaptive coefficient steers the KL the reward was penalised with (when it is)
         measured = self._parts.get("advantages", {}).get("actor/kl_in_reward")
         self.kl_ctrl.update(policy_kl(batch) if measured is None else measured, n_steps=len(batch))
         self.counters.global_step += 1
-        return StepResult(self._summarize(experience, pi_old.entropy if pi_old else None), batch)
+        entropy_mask = pass_mask if pi_old is first else batch.response_mask  # deferred: the trained rows'
+        return StepResult(self._summarize(experience, pi_old.entropy if pi_old else None, entropy_mask), batch)
 
     def _new_run(self):
         """The Run of this Trainer's parts (verl/trainer/run.py): it restores where the run starts, holds the
@@ -277,8 +279,9 @@ class Trainer:
         self._parts = {}  # metrics of the stages, by stage
 
     # ---------------------------------------------------------------- metrics
-    def _summarize(self, experience, entropy) -> dict:
-        """The step's metrics; entropy: the policy's (B, R) from the pi_old pass (None in bypass mode)."""
+    def _summarize(self, experience, entropy, entropy_mask) -> dict:
+        """The step's metrics; entropy: the policy's (B, R) from the pi_old pass (None in bypass mode), over
+        `entropy_mask`, that pass's rows (the batch before algorithm.pf_ppo resamples it, as real verl logs it)."""
         batch = experience.batch
         mask = batch.response_mask
         lengths = batch.attention_mask[:, batch.prompt_length:].sum(dim=1).float()
@@ -293,7 +296,7 @@ class Trainer:
             "response_length/clip_ratio": float(sum(batch.truncated) / max(1, len(batch))),
         }
         if entropy is not None:  # none in bypass mode (no pi_old pass)
-            m["actor/entropy"] = float(masked_mean(entropy, mask)) if mask.sum() > 0 else 0.0
+            m["actor/entropy"] = float(masked_mean(entropy, entropy_mask)) if entropy_mask.sum() > 0 else 0.0
         if batch.rollout_log_probs is not None and not self.correction.bypass:  # bypass: pi_old is the engine's
             # Engine vs actor log-probs on the sampled tokens: large means stale weights.
             diff = (batch.rollout_log_probs - batch.old_log_probs).abs()
