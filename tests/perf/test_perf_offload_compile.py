@@ -132,3 +132,25 @@ def test_fused_head_equals_eager(with_entropy, device):
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-5 * float(b.abs().max()) + 1e-6)
 
+
+
+def test_compiled_layers_with_gradient_checkpointing_train_as_eager(tmp_path, monkeypatch, tiny_gpt2):
+    """model.torch_compile with model.enable_gradient_checkpointing (both on with the GPU's auto defaults):
+    the backward recomputes each layer, and a recompute through the eager layer after the compiled forward
+    stopped the update with torch.utils.checkpoint's "Recomputed values ... have different metadata".
+    The first optimizer step's gradients equal the eager run's (the tolerance of test_compiled_layers_equal_eager:
+    Inductor's fused kernels against eager's, float32 ulps)."""
+    from conftest import capture_first_grads, small_overrides
+    from verl import create_trainer, load_config
+
+    grads = {}
+    for compiled in (False, True):
+        captured = capture_first_grads(monkeypatch)
+        over = {"model.name": tiny_gpt2, "algorithm.name": "grpo", "training.total_steps": 1,
+                "model.enable_gradient_checkpointing": "true", "model.torch_compile": str(compiled).lower(),
+                "checkpoint.save_dir": str(tmp_path / f"c{int(compiled)}")}
+        create_trainer(load_config(None, small_overrides(tmp_path, **over))).step()
+        grads[compiled] = captured["actor"]
+    assert len(grads[True]) == len(grads[False]) > 0
+    for a, b in zip(grads[False], grads[True]):
+        assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()) + 1e-7)

@@ -297,9 +297,10 @@ class Actor(TrainingState):
         """`run_update` with this actor's settings; a micro-batching halved after an
         out-of-memory error stays for later passes."""
         micro = self._micro_batching()
-        result = run_update(batch, self.training, self.generator, micro, loss_fn, optimizers,
-                            rank_share=self.rank_share, max_response_len=self.max_response_len,
-                            retry_oom=self.adapt_to_memory)
+        with self.compiled.active():  # the backward too: gradient checkpointing recomputes compiled layers
+            result = run_update(batch, self.training, self.generator, micro, loss_fn, optimizers,
+                                rank_share=self.rank_share, max_response_len=self.max_response_len,
+                                retry_oom=self.adapt_to_memory)
         if result.micro != micro:
             self.micro = result.micro
         return result

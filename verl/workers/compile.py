@@ -7,6 +7,11 @@ SiLU * up, residual adds); on an H100/H200 they cost about as much time as the m
 stays eager: `verl.workers.packing` or SDPA), with dynamic shapes so packed rows of any
 length reuse one graph, and only inside `active()`: generation with the same module
 (`rollout.name: hf`) keeps the eager layers. The plain path is the flag off.
+
+With `model.enable_gradient_checkpointing` the backward recomputes each layer's forward, so the
+backward must run inside `active()` too: a recompute through the eager layer returns tensors of
+other shapes than the compiled forward saved, and torch.utils.checkpoint stops the update
+(the actor holds the whole update inside it; `active()` nests).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class CompiledLayers:
         self.layers = decoder_layers(model) if enabled else []
         self.enabled = bool(self.layers)
         self._compiled: dict[int, object] = {}
+        self._depth = 0  # nested active() blocks: the layers go back to eager when the outermost ends
         if enabled and not self.layers:
             logger.warning("model.torch_compile: no decoder layers found; running eager")
         if self.enabled:
@@ -61,10 +67,14 @@ class CompiledLayers:
         if not self.enabled:
             yield
             return
-        for layer in self.layers:
-            layer.forward = self._fn(layer)
+        if self._depth == 0:
+            for layer in self.layers:
+                layer.forward = self._fn(layer)
+        self._depth += 1
         try:
             yield
         finally:
-            for layer in self.layers:
-                layer.__dict__.pop("forward", None)
+            self._depth -= 1
+            if self._depth == 0:
+                for layer in self.layers:
+                    layer.__dict__.pop("forward", None)
