@@ -384,3 +384,56 @@ def test_an_interaction_that_hangs_ends_its_trajectory_at_the_timeout(qwen_tok, 
     assert time.monotonic() - start < 30
     last = out.extra[0]["turns"][-1]
     assert last["role"] == "environment" and last["ok"] is False and "TimeoutError" in last["text"]
+
+
+COUNTED = '''
+from verl.interactions.base import BaseInteraction
+from verl.tools.base_tool import BaseTool
+
+BUILT = []
+
+
+class CountedTool(BaseTool):
+    def __init__(self, config, tool_schema):
+        super().__init__(config, tool_schema)
+        BUILT.append("tool")
+
+
+class CountedInteraction(BaseInteraction):
+    def __init__(self, config):
+        super().__init__(config)
+        BUILT.append("interaction")
+'''
+
+
+def test_a_trainer_builds_its_tool_and_interaction_classes_once(tmp_path, tiny_qwen2):
+    """The tool and interaction objects the trainer loads (before any model, so a bad file fails in seconds)
+    are those the rollout calls: a real verl class's constructor (which may open a pool or a connection)
+    runs once per run, not once for the check and again for the engine."""
+    from conftest import small_overrides
+    from verl import create_trainer, load_config
+    from verl.agents.tools import _FILE_MODULES
+
+    path = _write(tmp_path, "counted.py", COUNTED)
+    tools = _write(tmp_path, "tools.yaml", f"""
+        tools:
+          - class_name: "{path}:CountedTool"
+            config: {{type: native}}
+            tool_schema:
+              type: function
+              function: {{name: noop, description: does nothing, parameters: {{type: object, properties: {{}}}}}}
+        """)
+    interactions = _write(tmp_path, "interactions.yaml", f"""
+        interaction:
+          - name: counted
+            class_name: "{path}:CountedInteraction"
+            config: {{}}
+        """)
+    cfg = load_config(None, small_overrides(tmp_path, **{"model.name": tiny_qwen2, "rollout.name": "hf",
+                                                         "rollout.tool_config": tools,
+                                                         "rollout.interaction_config": interactions}))
+    with create_trainer(cfg) as trainer:
+        built = next(m for p, m in _FILE_MODULES.items() if p.endswith("counted.py")).BUILT
+        assert sorted(built) == ["interaction", "tool"]
+        assert isinstance(trainer.rollout_engine, MultiTurnRollout)
+        assert trainer.rollout_engine.runner.tools["noop"] is trainer.agent_parts.tools[0]

@@ -24,11 +24,6 @@ def engine_class(name: str):
 
 
 def build_rollout(config, actor_model, tokenizer):
-    """The engine `rollout.name` names, on the actor's module (no silent fallback between engines);
-    with rollout.tools or rollout.environment it runs multi-turn trajectories (docs/agents.md)."""
-    engine = engine_class(config.rollout.name).from_actor(actor_model, tokenizer, config)
-    if config.rollout.is_multi_turn:
-        from verl.rollout.agent_parts import build_multi_turn
-
-        engine = build_multi_turn(engine, tokenizer, config)
-    return engine
+    """The engine `rollout.name` names, on the actor's module (no silent fallback between engines).
+    A multi-turn run's trainer wraps it (verl/rollout/agent_parts.py), whichever backend built it."""
+    return engine_class(config.rollout.name).from_actor(actor_model, tokenizer, config)

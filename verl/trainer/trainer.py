@@ -38,7 +38,7 @@ from verl.data.prompts import build_prompt_loaders
 from verl.models.loading import check_context_length, load_tokenizer, resolve_device
 from verl.rewards import build_reward_manager
 from verl.roles import PiOld
-from verl.rollout.agent_parts import agent_tool_schemas
+from verl.rollout.agent_parts import build_multi_turn, load_agent_parts
 from verl.trainer.advantage_math import advantage_values, policy_kl
 from verl.trainer.algorithm_hooks import AlgorithmHooks
 from verl.trainer.counters import RunCounters
@@ -74,7 +74,8 @@ class Trainer:
                                         m.trust_remote_code, m.gguf_file)
         check_context_length(cfg)  # prompt + response tokens fit the model's positions (before weights load)
         # Tools, data and reward functions before the models: a bad tool, row or reward fails in seconds.
-        self.tool_schemas = agent_tool_schemas(cfg.rollout)
+        self.agent_parts = load_agent_parts(cfg.rollout)  # multi-turn: tools and environment, loaded once
+        self.tool_schemas = self.agent_parts.tool_schemas if self.agent_parts else None
         self.train_data, self.val_rows = build_prompt_loaders(cfg, self.tokenizer, self.inputs.train_rows,
                                                               self.inputs.val_rows, tools=self.tool_schemas)
         self.reward = build_reward_manager(cfg.reward_fn, max_response_length=cfg.rollout.response_budget,
@@ -93,6 +94,8 @@ class Trainer:
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         # The asynchronous producer's generation and syncs, and this thread's validation, one at a time.
         engine_lock = threading.RLock()
+        if self.agent_parts:  # the engine any backend built, in this process or as vLLM replicas
+            roles.rollout = build_multi_turn(roles.rollout, self.tokenizer, cfg, self.agent_parts)
         self.rollout_engine = roles.rollout  # the engine itself, under any wrapper of the asynchronous sources
         stage_engine, self.rollout = run_engines(roles.rollout, cfg.async_training, engine_lock)
         self.timer = StageTimer(StageMemory(CudaCounters(self.device, unbacked=self.rollout.unbacked_bytes))
