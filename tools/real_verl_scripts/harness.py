@@ -379,12 +379,12 @@ def _outcome(script: Script, work: str, model: str, train: bool, vision_model: s
     args = tiny_args(script, run_dir, model, os.path.join(work, "real_verl"), vision_model)
     if not train:
         from verl.models.loading import check_context_length
-        from verl.rollout.agent_parts import agent_tool_schemas
+        from verl.rollout.agent_parts import load_agent_parts
 
         try:
             cfg = load_translated(translate(args))
             check_context_length(cfg)  # the model's config.json, no weights
-            agent_tool_schemas(cfg.rollout)  # tool and interaction files, their classes built
+            load_agent_parts(cfg.rollout)  # tool and interaction files, their classes built
         except ConfigError as exc:
             return _scrub(str(exc), run_dir, work, models=(model, vision_model))
         return TRAINS
