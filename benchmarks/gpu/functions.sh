@@ -71,6 +71,13 @@ distill_demo() {  # on-policy distillation with real weights: a pruned SmolLM2 s
         training.lr="${DISTILL_LR:-2e-5}"
 }
 
+distill_modes() {  # the distillation demo's work with each loss mode and the unchanged student, side by side
+    fetch_smollm2 || return 1
+    $PY benchmarks/distill_modes.py --teacher "$(smollm2_path)" --layers "${DISTILL_LAYERS:-20}" --device cuda \
+        --engine vllm --batch 32 --n 8 --steps "${DISTILL_MODE_STEPS:-30}" --lr "${DISTILL_LR:-2e-5}" \
+        --out "$W/distill_modes" --runs /tmp/distill_modes_runs --timeout 600
+}
+
 e2e() {  # e2e PER_SYSTEM_TIMEOUT E2E_GRPO_ARGS...: benchmarks/e2e_grpo.py into $W/<stage>$E2E_TAG
     # E2E_STEPS timed steps (default 5) after 1 warm-up; E2E_TAG=_run2 on a second machine start, then
     # `python3 benchmarks/e2e_report.py merge` of the two JSONs.
