@@ -411,7 +411,9 @@ def _report(args, info, rows, quiet=False):
              f"trainer's process in a step, less a sleeping engine's released pool; rollout_gib / update_gib: verl's "
              f"per-stage peaks of it "
              f"(memory_gb/rollout, memory_gb/update_actor); device_*_gib: the device's memory in use by all "
-             f"processes in those stages (memory_gb/device/*, NVML)"
+             f"processes in those stages (memory_gb/device/*, NVML); logprob_diff / is_ratio_p999: verl's "
+             f"engine-vs-actor mismatch (the mean |log pi_engine - log pi_actor| a token, the 99.9th percentile of "
+             f"pi_actor / pi_engine), medians over the timed steps that checked it (engine_logprob_steps)"
              + (f"; LoRA rank {args.lora_rank} (alpha {2 * args.lora_rank}, all linear layers) on both sides"
                 if args.lora_rank else "")
              + (f"; {real_verl_notes(args)}" if "real-verl" in args.systems else "") + ".")

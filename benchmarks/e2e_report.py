@@ -26,7 +26,7 @@ import floor  # noqa: E402
 import lengths  # noqa: E402
 
 COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "engine_logprob_steps",
-           "runs", "runs_min_s", "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl",
+           "logprob_diff", "is_ratio_p999", "runs", "runs_min_s", "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl",
            "x_best_trl", "completion_len", "resp_len_median", "at_max_share", "rollout_s", "engine_call_s",
            "around_engine_s", "old_logprob_s", "update_s", "sync_s", "gen_floor_pct", "update_mfu_pct",
            "sync_floor_pct", "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib",
@@ -58,6 +58,12 @@ def summarize(system: str, result: dict, args) -> dict:
     if any("engine" in s for s in steps):  # verl on vLLM/SGLang: the timed steps whose engine returned log-probs
         # (their check, rollout/logprob_diff): the like-for-like caption says every step, defaults 1 in 10
         row["engine_logprob_steps"] = sum("rollout/logprob_diff" in s.get("engine", {}) for s in steps)
+        # the engine-vs-actor mismatch (mean |log pi_engine - log pi_actor| a token, and the 99.9th percentile of
+        # pi_actor / pi_engine): medians over the steps that measured it, not over every step
+        for col, key in (("logprob_diff", "rollout/logprob_diff"), ("is_ratio_p999", "rollout/is_ratio_p999")):
+            vals = [s["engine"][key] for s in steps if key in s.get("engine", {})]
+            if vals:
+                row[col] = round(statistics.median(vals), 4)
     if steps and steps[0].get("engine"):  # verl-vllm: sleep/wake seconds and memory freed, log-prob diff
         names = steps[0]["engine"].keys()
         row["engine"] = {k: round(statistics.median(s["engine"].get(k, 0.0) for s in steps), 3) for k in names}
@@ -242,7 +248,7 @@ def merge_rows(results: list[dict]) -> list[dict]:
                    steps_timed=sum(r.get("steps_timed", 0) for r in rs),
                    tokens_per_step=round(tokens), tokens_per_s=round(tokens / step))
         for col in ("rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
-                    "sleep_s", "wake_s", "completion_len"):
+                    "sleep_s", "wake_s", "completion_len", "logprob_diff", "is_ratio_p999"):
             vals = [r[col] for r in rs if r.get(col) is not None]
             if vals:
                 row[col] = round(statistics.median(vals), 3)

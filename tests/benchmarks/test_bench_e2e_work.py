@@ -127,10 +127,15 @@ def test_summarize_gives_median_and_spread():
     assert row["step_iqr_s"] == 2.0  # quartiles 2 and 4 of 1..5
     assert e2e_report.spread([2.5])["iqr"] == 0.0
     assert "engine_logprob_steps" not in row  # no engine metrics (TRL): nothing to count
-    steps = _steps([9.0, 1.0, 2.0, 3.0])
+    steps = _steps([9.0, 1.0, 2.0, 3.0, 4.0])
     for i, s in enumerate(steps):
-        s["engine"] = {"rollout/engine_call_s": 0.5, **({"rollout/logprob_diff": 0.004} if i in (0, 2) else {})}
-    assert e2e_report.summarize("verl-vllm", dict(steps=steps), args)["engine_logprob_steps"] == 1  # warm-up not
+        checked = {"rollout/logprob_diff": 0.001 * i, "rollout/is_ratio_p999": 1.0 + 0.01 * i}
+        s["engine"] = {"rollout/engine_call_s": 0.5, **(checked if i in (0, 2, 3) else {})}
+    row = e2e_report.summarize("verl-vllm", dict(steps=steps), args)
+    assert row["engine_logprob_steps"] == 2  # steps 2 and 3: the warm-up (0) is not timed
+    # medians over those two steps only (not over the timed steps without a check, as 0):
+    # (0.002 + 0.003) / 2 = 0.0025 and (1.02 + 1.03) / 2 = 1.025
+    assert row["logprob_diff"] == pytest.approx(0.0025) and row["is_ratio_p999"] == pytest.approx(1.025)
 
 
 def test_ratios_stay_within_one_work_mode():
