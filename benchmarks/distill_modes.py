@@ -11,8 +11,8 @@ towards the whole teacher on examples/arithmetic_grpo.yaml's prompts without the
 
 The figure is `distillation/kl_k3`, the k3 estimate of KL(student || teacher) in nats a token on each step's own
 samples, taken in the update's forward passes (a step here has two optimizer steps, so its second half is
-measured after the first). Every row draws the same prompts in the same order (the data order is seeded), so a column compares the
-modes on one set of prompts and `unchanged` is what that set gives before any learning.
+measured after the first). Every row draws the same prompts in the same order (the data order is seeded), so a
+column compares the modes on one set of prompts and `unchanged` is what that set gives before any learning.
 
     python3 benchmarks/distill_modes.py --teacher ~/.cache/verl/models/smollm2-135m-instruct --steps 12
         (the CPU, 2 cores: about 5 minutes a row)
@@ -62,7 +62,7 @@ def run_mode(name: str, args, student: str) -> dict:
     with open(os.path.join(save, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]
     kl = [r["distillation/kl_k3"] for r in rows if "distillation/kl_k3" in r]
-    ref = [r.get("actor/kl", 0.0) for r in rows if "distillation/kl_k3" in r]
+    ref = [r.get("actor/kl") for r in rows if "distillation/kl_k3" in r]  # None where the KL loss is off
     return {"kl": kl, "kl_to_start": ref, "seconds": round(time.time() - start, 1)}
 
 

@@ -26,11 +26,13 @@ import floor  # noqa: E402
 import lengths  # noqa: E402
 
 COLUMNS = ["system", "work", "step_s", "step_min_s", "step_max_s", "step_iqr_s", "steps_timed", "engine_logprob_steps",
-           "logprob_diff", "is_ratio_p999", "runs", "runs_min_s", "runs_max_s", "tokens_per_step", "tokens_per_s", "x_trl_vllm", "x_real_verl", "x_trl",
-           "x_best_trl", "completion_len", "resp_len_median", "at_max_share", "rollout_s", "engine_call_s",
-           "around_engine_s", "old_logprob_s", "update_s", "sync_s", "gen_floor_pct", "update_mfu_pct",
-           "sync_floor_pct", "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib", "update_gib",
-           "device_rollout_gib", "device_update_gib", "error"]
+           "logprob_diff", "is_ratio_p999", "runs", "runs_min_s", "runs_max_s", "tokens_per_step", "tokens_per_s",
+           "x_trl_vllm", "x_real_verl", "x_trl", "x_best_trl", "completion_len", "resp_len_median", "at_max_share",
+           "rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s", "gen_floor_pct",
+           "update_mfu_pct", "sync_floor_pct", "sleep_s", "wake_s", "freed_gib", "peak_gib", "rollout_gib",
+           "update_gib", "device_rollout_gib", "device_update_gib", "error"]
+# the engine-vs-actor mismatch columns and the step metrics they come from
+MISMATCH = {"logprob_diff": "rollout/logprob_diff", "is_ratio_p999": "rollout/is_ratio_p999"}
 
 
 def spread(values: list[float]) -> dict:
@@ -60,7 +62,7 @@ def summarize(system: str, result: dict, args) -> dict:
         row["engine_logprob_steps"] = sum("rollout/logprob_diff" in s.get("engine", {}) for s in steps)
         # the engine-vs-actor mismatch (mean |log pi_engine - log pi_actor| a token, and the 99.9th percentile of
         # pi_actor / pi_engine): medians over the steps that measured it, not over every step
-        for col, key in (("logprob_diff", "rollout/logprob_diff"), ("is_ratio_p999", "rollout/is_ratio_p999")):
+        for col, key in MISMATCH.items():
             vals = [s["engine"][key] for s in steps if key in s.get("engine", {})]
             if vals:
                 row[col] = round(statistics.median(vals), 4)
@@ -248,10 +250,10 @@ def merge_rows(results: list[dict]) -> list[dict]:
                    steps_timed=sum(r.get("steps_timed", 0) for r in rs),
                    tokens_per_step=round(tokens), tokens_per_s=round(tokens / step))
         for col in ("rollout_s", "engine_call_s", "around_engine_s", "old_logprob_s", "update_s", "sync_s",
-                    "sleep_s", "wake_s", "completion_len", "logprob_diff", "is_ratio_p999"):
+                    "sleep_s", "wake_s", "completion_len", *MISMATCH):
             vals = [r[col] for r in rs if r.get(col) is not None]
-            if vals:
-                row[col] = round(statistics.median(vals), 3)
+            if vals:  # the mismatch to 4 places, as summarize rounds it
+                row[col] = round(statistics.median(vals), 4 if col in MISMATCH else 3)
         works = [r["floor_work"] for r in rs if r.get("floor_work")]
         if works:  # the floor quantities: medians over the runs (their lengths' kind from the first)
             row["floor_work"] = dict({k: statistics.median(w[k] for w in works) for k in

@@ -155,6 +155,7 @@ def _run(step_s, step_min, step_max, trl_s, caption="c"):
     return dict(machine=dict(date="d", gpu="H200"), rows=[
         dict(system="verl-vllm", work=LL, step_s=step_s, step_min_s=step_min, step_max_s=step_max, steps_timed=5,
              tokens_per_step=1000, rollout_s=step_s / 2, engine_logprob_steps=5, caption=caption,
+             logprob_diff=0.0012 * step_s, is_ratio_p999=1.0 + 0.0012 * step_s,
              floor_work=dict(decode_bytes=4.8e11 * step_s, update_flops=1e12, sync_bytes=1e9, lengths="measured")),
         dict(system="trl-vllm", work=LL, step_s=trl_s, steps_timed=5, tokens_per_step=1000, caption="t"),
         dict(system="real-verl", error="timeout after 420s")])
@@ -167,6 +168,8 @@ def test_merge_two_runs(tmp_path):
     assert (verl["step_min_s"], verl["step_max_s"], verl["steps_timed"], verl["runs"]) == (0.9, 2.5, 10, 2)
     assert verl["tokens_per_s"] == 667 and verl["rollout_s"] == 0.75 and verl["engine_logprob_steps"] == 10
     assert verl["x_trl_vllm"] == round(667 / 286, 2)  # TRL: 1000 / 3.5 s
+    # the mismatch: medians of 0.0012 and 0.0024, and of 1.0012 and 1.0024, kept to 4 places
+    assert verl["logprob_diff"] == 0.0018 and verl["is_ratio_p999"] == 1.0018
     # the floor quantities: medians over the runs (decode bytes 4.8e11 and 9.6e11 -> 7.2e11)
     assert verl["floor_work"] == dict(decode_bytes=7.2e11, update_flops=1e12, sync_bytes=1e9, lengths="measured")
     assert [r["system"] for r in rows] == ["verl-vllm", "trl-vllm"]  # a failed row has nothing to merge
