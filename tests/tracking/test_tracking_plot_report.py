@@ -81,6 +81,23 @@ def test_agent_runs_get_a_tool_call_panel(tmp_path):
     assert png_size(plot_runs([str(run)], str(tmp_path / "a.png"))) == (1400, 1350)  # three rows of panels
 
 
+def test_distillation_runs_get_a_kl_to_teacher_panel(tmp_path):
+    # A distillation run beside a plain one: the panel appears once any run logs the key, and
+    # carries only that run's line (KL 1.6, 1.2, 0.8: the values as logged).
+    distilled, plain = tmp_path / "distilled", tmp_path / "plain"
+    distilled.mkdir(), plain.mkdir()
+    (distilled / "metrics.jsonl").write_text("\n".join(
+        json.dumps({"step": i, "reward/mean": 0.0, "distillation/kl_k3": kl}) for i, kl in [(1, 1.6), (2, 1.2), (3, 0.8)]))
+    (plain / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}))
+    fig = plot_mod.dashboard_figure([str(distilled), str(plain)])
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 7 and visible[6].get_title() == "KL to the teacher (distillation/kl_k3)"
+    assert [(line.get_label(), list(line.get_ydata())) for line in visible[6].get_lines()] == [
+        ("distilled", [1.6, 1.2, 0.8])]
+    fig = plot_mod.dashboard_figure([str(plain)])
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 6  # no panel where no run distils
+
+
 def test_plot_handles_missing_metrics_and_nulls(tmp_path):
     run = tmp_path / "sparse"
     run.mkdir()

@@ -1,7 +1,8 @@
 """`verl plot RUN_DIR [RUN_DIR ...] [--out FILE.png]`: a dashboard of one or more runs.
 
 Reads each run's `metrics.jsonl` and draws reward, KL, entropy, response length,
-throughput and validation accuracy, with the runs overlaid (legend = run directory name).
+throughput and validation accuracy (and, where a run logs them, tool calls and the KL to a
+distillation teacher), with the runs overlaid (legend = run directory name).
 Uses matplotlib's Agg canvas directly, so it never touches the caller's pyplot backend.
 """
 
@@ -24,7 +25,12 @@ PANELS = (  # (title, canonical key)
     ("Response length (mean tokens)", "response_length/mean"),
     ("Throughput (tokens/s)", "perf/tokens_per_s"),
 )
-AGENT_KEY = "agent/trajectories_with_tool_call"  # a seventh panel, for runs with tools (docs/agents.md)
+# Panels added where a run logs them: runs with tools (docs/agents.md), on-policy distillation
+# (docs/algorithms.md#on-policy-distillation: the student's per-token KL to its teacher, the figure that must fall).
+OPTIONAL_PANELS = (
+    ("Trajectories with a tool call (share)", "agent/trajectories_with_tool_call"),
+    ("KL to the teacher (distillation/kl_k3)", "distillation/kl_k3"),
+)
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -94,8 +100,8 @@ def dashboard_figure(run_dirs: list[str], size=(14, 9), dpi=100):
     labels = run_labels(run_dirs)
     val_key = pick_val_key(records_per_run)
     panels = list(PANELS) + [(f"Validation ({val_key})" if val_key else "Validation", val_key)]
-    if any(AGENT_KEY in rec for records in records_per_run for rec in records):  # multi-turn tool runs
-        panels.append(("Trajectories with a tool call (share)", AGENT_KEY))
+    panels += [(title, key) for title, key in OPTIONAL_PANELS
+               if any(key in rec for records in records_per_run for rec in records)]
     rows = math.ceil(len(panels) / 3)
 
     fig = Figure(figsize=(size[0], size[1] * rows / 2), dpi=dpi)
