@@ -26,7 +26,7 @@ PANELS = (  # (title, canonical key)
     ("Throughput (tokens/s)", "perf/tokens_per_s"),
 )
 # Panels added where a run logs them: runs with tools (docs/agents.md), on-policy distillation
-# (docs/algorithms.md#on-policy-distillation: the student's per-token KL to its teacher, the figure that must fall).
+# (docs/algorithms.md, "On-policy distillation": the student's per-token KL to its teacher, the figure that must fall).
 OPTIONAL_PANELS = (
     ("Trajectories with a tool call (share)", "agent/trajectories_with_tool_call"),
     ("KL to the teacher (distillation/kl_k3)", "distillation/kl_k3"),
