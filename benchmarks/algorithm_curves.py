@@ -33,12 +33,20 @@ import common  # noqa: E402
 
 def run_algorithm(args, name: str) -> dict:
     """One preset for args.minutes; its curve (training seconds, step, held-out accuracy) and figures."""
+    row = run_recipe(args, name, [f"algorithm.name={name}"])
+    return {"algorithm": row.pop("run"), **row}
+
+
+def run_recipe(args, name: str, overrides: list, series: tuple = ()) -> dict:
+    """args.recipe with `overrides` for args.minutes of training.max_minutes in a process of its own, kept
+    under args.out/NAME; its curve (training seconds, step, held-out accuracy), figures and, per key of
+    `series`, that metric's (step, value) pairs on the steps that logged it."""
     from verl.tracking.plot import pick_val_key, read_metrics
 
-    run_dir = tempfile.mkdtemp(prefix=f"algo-{name}-")
+    run_dir = tempfile.mkdtemp(prefix=f"recipe-{name}-")
     keep = os.path.join(args.out, name)
     os.makedirs(keep, exist_ok=True)
-    cmd = [sys.executable, "-m", "verl.cli", "train", args.recipe, f"algorithm.name={name}",
+    cmd = [sys.executable, "-m", "verl.cli", "train", args.recipe, *overrides,
            f"training.max_minutes={args.minutes}", f"device={args.device}", "logging.progress_bar=false",
            "logging.backends=[jsonl]", "--save_dir", run_dir, "--save_actor_only", *args.set]
     if args.engine:
@@ -56,7 +64,7 @@ def run_algorithm(args, name: str) -> dict:
         if os.path.exists(os.path.join(run_dir, f)):
             shutil.copy(os.path.join(run_dir, f), keep)
     if rc != 0 or not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-        return {"algorithm": name, "error": common.failure_summary(rc, log if isinstance(log, str) else "", "")}
+        return {"run": name, "error": common.failure_summary(rc, log if isinstance(log, str) else "", "")}
     rows = read_metrics(run_dir)
     key = pick_val_key([rows])
     curve, seconds = [], 0.0
@@ -68,7 +76,8 @@ def run_algorithm(args, name: str) -> dict:
         if key and r.get(key) is not None:
             curve.append({"train_s": round(seconds, 3), "step": r["step"], "acc": r[key]})
     shutil.rmtree(run_dir, ignore_errors=True)
-    return {"algorithm": name, "minutes": args.minutes, "steps": max((r["step"] for r in rows if "step" in r), default=0),
+    logged = {k: [[r["step"], r[k]] for r in rows if r.get(k) is not None and "step" in r] for k in series}
+    return {"run": name, "minutes": args.minutes, **({"series": logged} if series else {}), "steps": max((r["step"] for r in rows if "step" in r), default=0),
             "step_s_median": round(statistics.median(step_s), 3) if step_s else None, "val_key": key,
             "acc_first": curve[0]["acc"] if curve else None, "acc_last": curve[-1]["acc"] if curve else None,
             "acc_best": max(c["acc"] for c in curve) if curve else None, "wall_s": wall, "curve": curve}
@@ -97,9 +106,10 @@ def plot(rows: list, path: str, key: str, title: str = "Held-out accuracy, same 
         if not r.get("curve"):
             continue
         t = [c["train_s"] / 60 for c in r["curve"]]
-        by_time.plot(t, [c["acc"] for c in r["curve"]], marker="o", ms=3, label=r["algorithm"])
+        label = r.get("algorithm", r.get("run"))
+        by_time.plot(t, [c["acc"] for c in r["curve"]], marker="o", ms=3, label=label)
         by_step.plot([c["step"] for c in r["curve"]], [c["acc"] for c in r["curve"]], marker="o", ms=3,
-                     label=r["algorithm"])
+                     label=label)
     by_time.set_xlabel("training minutes (sum of step times)")
     by_step.set_xlabel("step")
     for ax in (by_time, by_step):
