@@ -13,14 +13,24 @@ lengths vary widely, once per micro-batching variant:
                   kept for the backward instead of recomputed)
     packed+compile+keep+copy  the same with `model.mixed_precision: param_copy` (forward and
                   backward on a bf16 copy of the fp32 master weights; gradients summed in fp32)
+    packed+keep   packed with the kept logits, not compiled
+    packed+keep+auto  the same with the token budget verl derives from the free memory (its defaults on a
+                  CUDA device: training.max_tokens_per_micro_batch unset, verl/workers/memory_budget.py)
+
+--lora-rank R trains rank-R adapters on every linear layer of a frozen base held in model.dtype, as verl
+loads it for LoRA (the model is built again for each variant: peft wraps it in place).
 
 Tokens/s counts real (non-pad) tokens; MFU = model FLOPs / time / bf16 peak, with model
-FLOPs from `common.train_flops` (trunk on all tokens, LM head on response tokens, causal
-attention; padding and recomputation count zero). Also reports the no-grad forward that
+FLOPs as the trainer's perf/mfu counts them (`verl.tracking.flops`: trunk on all tokens, LM head on
+response tokens, causal attention; with LoRA the frozen base's forward and input gradients, no weight
+gradients; padding and recomputation count zero). Also reports the no-grad forward that
 computes old log-probs, and peak GPU memory per variant.
 
     python benchmarks/actor_update.py --device cpu --tiny                  # seconds, CPU
     python benchmarks/actor_update.py --device cuda --arch qwen2-1.5b      # H200
+    python benchmarks/actor_update.py --device cuda --arch qwen2-7b --lora-rank 16 --batch 128 \
+        --prompt-len 16 32 --response-len 512 512 --budget 16384 --variants packed packed+keep packed+compile+keep
+                                                                          # the (c) work's update
     THP_MEM_ALLOC_ENABLE=0|1 python benchmarks/actor_update.py --device cpu --arch smollm2-135m --dtype bfloat16 \
         --batch 16 --prompt-len 60 90 --response-len 64 64 --micro-batch 16 --budget 4096 \
         --variants packed+compile+keep --repeats 4      # CPU allocator: page faults per update
@@ -86,6 +96,8 @@ VARIANTS = {
     "packed+compile": dict(packed=True, budget=True, compile=True),
     "packed+compile+keep": dict(packed=True, budget=True, compile=True, keep=True),
     "packed+compile+keep+copy": dict(packed=True, budget=True, compile=True, keep=True, copy=True),
+    "packed+keep": dict(packed=True, budget=True, keep=True),
+    "packed+keep+auto": dict(packed=True, budget=False, keep=True, auto=True),
 }
 
 
@@ -94,11 +106,16 @@ def run(args) -> list[dict]:
 
     device = common.resolve_device(args.device)
     info = common.machine_info(device)
+    from verl.tracking.flops import model_shape, update_flops
+
     dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
-    model = common.build_model(args.arch, device, torch.float32)
+    # full fine-tuning: float32 master weights; LoRA: the frozen base in model.dtype (verl/workers/actor.py)
+    build_dtype = getattr(torch, dtype) if args.lora_rank else torch.float32
+    model = common.build_model(args.arch, device, build_dtype)
     cfg_hf = model.config
     n_params = common.param_count(model)
     batch, seq_lens, resp_lens = make_batch(args.batch, args.prompt_len, args.response_len, cfg_hf.vocab_size)
+    prompt_lens = [s - r for s, r in zip(seq_lens, resp_lens)]
     flops = common.train_flops(cfg_hf, seq_lens, resp_lens)
     fwd_flops = common.train_flops(cfg_hf, seq_lens, resp_lens, backward=False)
     peak = common.peak_flops(device)
@@ -108,13 +125,20 @@ def run(args) -> list[dict]:
         v = VARIANTS[name]
         cfg = make_config(device, args.batch, args.micro_batch, args.budget if v["budget"] else None, v["packed"],
                           dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False),
-                          keep_logits=v.get("keep", False), param_copy=v.get("copy", False))
+                          keep_logits=v.get("keep", False), param_copy=v.get("copy", False),
+                          lora_rank=args.lora_rank)
         row = dict(variant=name, arch=args.arch, params_m=round(n_params / 1e6), sequences=args.batch,
-                   tokens=n_tokens)
+                   tokens=n_tokens, lora_rank=args.lora_rank)
         actor = None
         try:
-            actor = Actor.from_config(cfg, device, model, adapt_to_memory=False)  # the variant's micro-batching
+            if args.lora_rank and rows:  # the last variant's peft wrapping is gone with it: a fresh base
+                model = common.build_model(args.arch, device, build_dtype)
+            # the variant's micro-batching; +auto: verl's budget from the free memory, as in a run
+            actor = Actor.from_config(cfg, device, model, adapt_to_memory=v.get("auto", False))
             row["packing_mode"] = actor.packing_mode
+            # with LoRA: the frozen base's forward and input gradients plus the adapters (verl.tracking.flops)
+            flops = update_flops(model_shape(actor.model), prompt_lens, resp_lens)
+            row.update(flops=flops, trainable_m=round(sum(p.numel() for p in actor.trainable_parameters()) / 1e6, 3))
             common.reset_peak(device)
             t_fwd, (old_lp, _) = common.timed(lambda: actor.compute_log_probs(batch), device, repeats=1 + args.repeats)
             batch.old_log_probs = old_lp
@@ -129,6 +153,8 @@ def run(args) -> list[dict]:
 
             times, metrics = common.timed(counted_update, device, repeats=1 + args.repeats)
             upd_s = min(times[1:])  # first call warms up (allocator, kernels, lazy optimizer state)
+            derived = actor.budget.tokens if actor.budget is not None else None  # +auto: what verl chose
+            row["budget"] = derived or (args.budget if v["budget"] else None)
             row.update(update_s=round(upd_s, 3), tokens_per_s=round(n_tokens / upd_s),
                        tflops=float(f"{flops / upd_s / 1e12:.3g}"), warmup_s=round(times[0], 1),
                        fwd_tokens_per_s=round(n_tokens / fwd_s), peak_gib=common.peak_gib(device), pg_loss=round(float(metrics["actor/pg_loss"]), 5),
@@ -216,16 +242,17 @@ def _report(args, info, rows, n_params, n_tokens, flops, peak, dtype, quiet=Fals
     for r in rows:
         if base and "update_s" in r:
             r["speedup_vs_padded"] = round(base["update_s"] / r["update_s"], 2)
-    cols = ["variant", "packing_mode", "tokens", "update_s", "tokens_per_s", "speedup_vs_padded", "tflops", "mfu",
+    cols = ["variant", "packing_mode", "trainable_m", "tokens", "budget", "update_s", "tokens_per_s", "speedup_vs_padded", "tflops", "mfu",
             "fwd_tokens_per_s", "fwd_mfu", "peak_gib", "alloc_retries", "page_faults_per_update", "warmup_s", "error"]
     pad_frac = 1 - n_tokens / (args.batch * (max(args.prompt_len) + max(args.response_len)))
-    notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters), {args.batch} sequences, prompt lengths "
+    lora = f", LoRA rank {args.lora_rank} on a frozen {dtype} base" if args.lora_rank else ""
+    notes = (f"{args.arch} ({n_params / 1e6:.0f}M parameters{lora}), {args.batch} sequences, prompt lengths "
              f"{args.prompt_len[0]}-{args.prompt_len[1]}, response lengths {args.response_len[0]}-{args.response_len[1]} "
              f"(uniform), {n_tokens} real tokens ({pad_frac:.0%} of the full padded block is padding); "
              f"micro_batch_size {args.micro_batch}, token budget {args.budget}; model dtype {dtype} over fp32 master "
              f"weights (autocast; +copy: model.mixed_precision param_copy); logprob_chunk_size {args.chunk}; best of {args.repeats} timed updates after one "
              f"warm-up. MFU against {(peak or 0) / 1e12:.0f} TFLOP/s bf16 dense peak; model FLOPs "
-             f"{flops / 1e12:.2f} TFLOP per update (common.train_flops).")
+             f"{flops / 1e12:.2f} TFLOP per update (verl.tracking.flops).")
     common.write_results(args.out, "actor_update", info, rows, cols, extra=dict(flops_per_update=flops,
                                                                                 args=vars(args)), notes=notes,
                          quiet=quiet)
@@ -240,6 +267,7 @@ def parse(argv=None):
     ap.add_argument("--batch", type=int, default=64, help="sequences per update")
     ap.add_argument("--variants", nargs="+", default=["padded", "padded+budget", "packed"], choices=list(VARIANTS))
     ap.add_argument("--profile", action="store_true", help="also write profile_<variant>.txt (top kernels) to --out")
+    ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank on a frozen base (0: full)")
     args = ap.parse_args(argv)
     if args.tiny:
         args.arch, args.batch, args.prompt_len, args.response_len = "tiny-qwen2", 16, [8, 32], [4, 192]
