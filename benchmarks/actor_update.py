@@ -16,6 +16,7 @@ lengths vary widely, once per micro-batching variant:
     packed+keep   packed with the kept logits, not compiled
     packed+keep+auto  the same with the token budget verl derives from the free memory (its defaults on a
                   CUDA device: training.max_tokens_per_micro_batch unset, verl/workers/memory_budget.py)
+    packed+keep+fused, packed+compile+keep+fused  with model.lora.fused (verl/models/lora_fused.py; LoRA only)
 
 --lora-rank R trains rank-R adapters on every linear layer of a frozen base held in model.dtype, as verl
 loads it for LoRA (the model is built again for each variant: peft wraps it in place).
@@ -71,14 +72,14 @@ def make_batch(n: int, prompt_range, response_range, vocab: int, seed: int = 0):
 
 def make_config(device, n: int, micro: int, budget, packed: bool, dtype: str, chunk: int, grad_ckpt: bool = False,
                 offload: bool = False, lora_rank: int = 0, max_new_tokens: int = 2048, compile: bool = False,
-                keep_logits: bool = False, param_copy: bool = False):
+                keep_logits: bool = False, param_copy: bool = False, fused_lora: bool = False):
     from verl.config import config_from_dict
 
     return config_from_dict({
         "device": str(device),
         "model": {"dtype": dtype, "enable_gradient_checkpointing": grad_ckpt, "torch_compile": compile,
                   "mixed_precision": "param_copy" if param_copy else "autocast",
-                  "lora": {"rank": lora_rank, "alpha": 2 * lora_rank}},
+                  "lora": {"rank": lora_rank, "alpha": 2 * lora_rank, "fused": fused_lora}},
         "algorithm": {"name": "grpo", "use_kl_loss": False},
         "rollout": {"n": 2, "max_new_tokens": max_new_tokens, "temperature": 1.0},
         "training": {"batch_size": n // 2, "mini_batch_size": n, "micro_batch_size": micro, "num_epochs": 1,
@@ -98,6 +99,8 @@ VARIANTS = {
     "packed+compile+keep+copy": dict(packed=True, budget=True, compile=True, keep=True, copy=True),
     "packed+keep": dict(packed=True, budget=True, keep=True),
     "packed+keep+auto": dict(packed=True, budget=False, keep=True, auto=True),
+    "packed+keep+fused": dict(packed=True, budget=True, keep=True, fused=True),
+    "packed+compile+keep+fused": dict(packed=True, budget=True, compile=True, keep=True, fused=True),
 }
 
 
@@ -126,7 +129,7 @@ def run(args) -> list[dict]:
         cfg = make_config(device, args.batch, args.micro_batch, args.budget if v["budget"] else None, v["packed"],
                           dtype, args.chunk, max_new_tokens=args.response_len[1], compile=v.get("compile", False),
                           keep_logits=v.get("keep", False), param_copy=v.get("copy", False),
-                          lora_rank=args.lora_rank)
+                          lora_rank=args.lora_rank, fused_lora=v.get("fused", False))
         row = dict(variant=name, arch=args.arch, params_m=round(n_params / 1e6), sequences=args.batch,
                    tokens=n_tokens, lora_rank=args.lora_rank)
         actor = None

@@ -38,7 +38,7 @@ from verl.rollout.hf_weights import hf_named_weights
 
 def lora_cfg(**over):
     base = dict(rank=4, alpha=8.0, dropout=0.0, target_modules="all-linear", exclude_modules=None,
-                init_lora_weights="kaiming", adapter_path=None, target_parameters="auto")
+                init_lora_weights="kaiming", adapter_path=None, target_parameters="auto", fused=False)
     return SimpleNamespace(**{**base, **over})
 
 

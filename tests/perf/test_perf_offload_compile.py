@@ -85,17 +85,20 @@ def test_compiled_layers_equal_eager(tiny_qwen2, packed):
     _compiled_equals_eager(model, packed)
 
 
-def test_compiled_layers_with_lora_equal_eager(tiny_qwen2):
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_layers_with_lora_equal_eager(tiny_qwen2, fused):
     """model.torch_compile with LoRA (peft's adapter layers inside the compiled decoder layers; auto leaves
     it off for LoRA until it is measured on the GPU at work (c)): the same log-probs and adapter
-    gradients as eager, the frozen base getting none."""
+    gradients as eager, the frozen base getting none. fused: model.lora.fused's autograd function traced
+    inside the compiled layers (verl/models/lora_fused.py)."""
     from transformers import AutoModelForCausalLM
 
     from verl.config.model import LoraConfig
     from verl.models.lora import apply_lora
 
     torch.manual_seed(0)
-    model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_qwen2), LoraConfig(rank=4, alpha=8))
+    model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_qwen2), LoraConfig(rank=4, alpha=8, fused=fused))
+    assert any(hasattr(m, "_peft_forward") for m in model.modules()) == fused
     for name, p in model.named_parameters():  # peft starts B at 0: make the adapters' deltas non-zero
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.02)

@@ -35,6 +35,10 @@ class LoraConfig(Section):
     # (real verl's actor_rollout_ref.model.lora_adapter_path). Its own rank / alpha / dropout / targets are
     # used: keys above left at their defaults take them, others must equal them (verl/models/lora_adapter.py)
     adapter_path: Optional[str] = None
+    # Adapted linear layers computed by verl's fused forward (verl/models/lora_fused.py): the adapters' sum
+    # folded into the base matmul, no float32 copies of the activations; the same values to rounding. Calls
+    # it cannot take (dropout > 0, adapters disabled or merged) go through peft's. false: peft's forward
+    fused: bool = key(False, resume_safe=True)
 
     def validate(self, path: str) -> None:
         tp = self.target_parameters

@@ -57,7 +57,7 @@ def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
         except (ValueError, KeyError, RuntimeError) as exc:  # e.g. targets or shapes of another base model
             raise ConfigError(f"model.lora.adapter_path: the adapter in {lora_cfg.adapter_path} does not fit "
                               f"model.name: {str(exc).splitlines()[0]}") from None
-        return _float_adapters(peft_model)
+        return _finish(peft_model, lora_cfg)
     targets, exclude = _target_modules(lora_cfg.target_modules), lora_cfg.exclude_modules
     if exclude is None and targets == "all-linear" and is_vision_language_model(model):
         exclude = LORA_EXCLUDE  # a VL model: "all-linear" adapts the language model, not the vision tower
@@ -75,7 +75,17 @@ def apply_lora(model: torch.nn.Module, lora_cfg) -> torch.nn.Module:
                               f"attention only (model.lora.target_modules=q_proj,k_proj,v_proj,o_proj)") from None
         key = "target_parameters" if "target_parameters" in line else "target_modules"
         raise ConfigError(f"model.lora.{key}: {line}") from None
-    return _float_adapters(peft_model)
+    return _finish(peft_model, lora_cfg)
+
+
+def _finish(peft_model, lora_cfg):
+    """Adapters in float32; with model.lora.fused, the adapted linear layers on the fused forward."""
+    _float_adapters(peft_model)
+    if lora_cfg.fused:
+        from verl.models.lora_fused import fuse_lora_linears
+
+        fuse_lora_linears(peft_model)
+    return peft_model
 
 
 def _target_parameters(model, targets, setting) -> list | None:
