@@ -24,7 +24,8 @@ keeps a bf16 copy of x for lora_A's weight gradient.
 Only vanilla LoRA on an nn.Linear base takes this path: one active adapter, no dropout, not merged, adapters
 enabled, a frozen base weight, no per-call adapter_names. Any other call goes through peft's own forward, so
 `adapters_disabled` (the reference policy), merging for the weight sync and saving are untouched. Written by
-hand because peft has no fused kernel for this and torch.compile does not fold additions into cuBLAS's GEMMs.
+hand because peft has no fused path for this and torch.compile, by default, calls cuBLAS for the matmuls
+without folding the additions into them.
 """
 
 from __future__ import annotations
