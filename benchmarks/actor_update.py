@@ -30,7 +30,7 @@ computes old log-probs, and peak GPU memory per variant.
     python benchmarks/actor_update.py --device cpu --tiny                  # seconds, CPU
     python benchmarks/actor_update.py --device cuda --arch qwen2-1.5b      # H200
     python benchmarks/actor_update.py --device cuda --arch qwen2-7b --lora-rank 16 --batch 128 \
-        --prompt-len 16 32 --response-len 512 512 --budget 16384 --variants packed packed+keep packed+compile+keep
+        --prompt-len 16 40 --response-len 512 512 --budget 4096 --variants packed+keep packed+keep+fused
                                                                           # the (c) work's update
     THP_MEM_ALLOC_ENABLE=0|1 python benchmarks/actor_update.py --device cpu --arch smollm2-135m --dtype bfloat16 \
         --batch 16 --prompt-len 60 90 --response-len 64 64 --micro-batch 16 --budget 4096 \
