@@ -50,7 +50,9 @@ def _adapted(path, dropout=0.0, seed=0):
     from verl.models.lora import apply_lora
 
     torch.manual_seed(seed)  # peft draws A at random: the same A for the same seed
-    model = apply_lora(AutoModelForCausalLM.from_pretrained(path), LoraConfig(rank=4, alpha=8, dropout=dropout))
+    # peft's own forward (fused=False): the tests fuse a copy of it themselves
+    model = apply_lora(AutoModelForCausalLM.from_pretrained(path),
+                       LoraConfig(rank=4, alpha=8, dropout=dropout, fused=False))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():  # peft starts B at 0: make the adapters' deltas non-zero
