@@ -81,8 +81,8 @@ class ModelConfig(Section):
     enable_gradient_checkpointing: bool = key(False, resume_safe=True)
     # torch.compile the decoder layers for training forwards/backwards (fuses norms, rotary,
     # activations; the first steps pay the compile time). Generation stays eager. None = auto:
-    # on for full fine-tuning by the single-process actor on a CUDA device; off for LoRA, on the
-    # CPU and under Ray (verl.config.auto._resolve_update_speedups).
+    # on for the single-process actor on a CUDA device (full fine-tuning, or LoRA with model.lora.fused);
+    # off for LoRA on peft's own layers, on the CPU and under Ray (verl.config.auto._resolve_update_speedups).
     torch_compile: Optional[bool] = key(None, resume_safe=True)
     # How a bfloat16/float16 model.dtype trains full fine-tuning (master weights stay float32):
     # autocast (casts each weight at each matmul; float32 residual stream) | param_copy (forward
