@@ -210,6 +210,10 @@ def test_update_speedups_auto_are_on_for_the_single_process_actor_on_a_gpu(monke
     # LoRA: the fused adapter layers (the default) compiled, peft's own layers eager
     assert speedups(load_config(None, ["model.lora.rank=8"])) == (True, "autocast", True)
     assert speedups(load_config(None, ["model.lora.rank=8", "model.lora.fused=false"])) == (False, "autocast", True)
+    # layers the fused path does not take (dropout, named adapted tensors) run peft's forward: eager too
+    assert speedups(load_config(None, ["model.lora.rank=8", "model.lora.dropout=0.05"]))[0] is False
+    assert speedups(load_config(None, ["model.lora.rank=8",
+                                       "model.lora.target_parameters=[mlp.experts.gate_up_proj]"]))[0] is False
     assert speedups(load_config(None, ["training.offload_optimizer=true"])) == (True, "autocast", True)
     assert speedups(load_config(None, ["model.dtype=float32"])) == (True, "autocast", True)
     # explicit choices stay, and only the keys left on auto are named

@@ -203,3 +203,24 @@ def test_fused_equals_peft_on_cuda_with_a_bf16_base(tiny_qwen2):
     worse = {k: (_relative_error(fused_g[k], want_g[k]), _relative_error(peft_g[k], want_g[k])) for k in want_g}
     assert all(f <= 1.5 * p + 2e-3 for f, p in worse.values()), worse
     assert max(f for f, _ in worse.values()) < 0.1
+
+
+def test_unfused_lora_layers_counts_the_layers_on_peft_forward(tiny_qwen2):
+    """What the compiled actor logs (verl.workers.compile.note_compiled_peft_layers): the LoRA layers that run
+    peft's own forward. The tiny Qwen2 has 2 layers x 7 adapted linear maps; the tiny Qwen3-MoE's 2 layers
+    each adapt their experts as two nested ParamWrappers (gate_up_proj, down_proj) and the router's weight."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.config.model import LoraConfig
+    from verl.models.lora import apply_lora
+    from verl.models.lora_fused import unfused_lora_layers
+    from verl.models.tiny import tiny_model_path
+
+    def count(path, **lora):
+        return unfused_lora_layers(apply_lora(AutoModelForCausalLM.from_pretrained(path),
+                                              LoraConfig(rank=4, alpha=8, **lora)))
+
+    assert count(tiny_qwen2) == 0  # every layer fused
+    assert count(tiny_qwen2, fused=False) == 14
+    assert count(tiny_qwen2, dropout=0.1) == 14  # fused, but each call with a dropout takes peft's forward
+    assert count(tiny_model_path("qwen3_moe")) == 2 * 3

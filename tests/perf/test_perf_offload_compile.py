@@ -193,3 +193,23 @@ def test_compiled_fused_lora_trains_as_eager_with_the_reference_through_disabled
     assert eager["actor/kl_loss"] > 1e-5 and comp["actor/kl_loss"] > 1e-5
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
         assert comp[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-6), key
+
+
+def test_a_compiled_actor_names_its_lora_layers_on_peft_forward(tmp_path, caplog):
+    """LoRA on an MoE model's experts (peft's ParamWrapper, no fused path) inside the compiled layers: the
+    actor says how many such layers there are and the key that keeps them eager; fused dense LoRA says nothing."""
+    import logging
+
+    from conftest import small_overrides
+    from verl import create_trainer, load_config
+
+    for name, expected in (("tiny:qwen3_moe", True), ("tiny:qwen2", False)):
+        caplog.clear()
+        over = {"model.name": name, "model.lora.rank": 4, "model.torch_compile": "true",
+                "checkpoint.save_dir": str(tmp_path / name.replace(":", "_"))}
+        with caplog.at_level(logging.WARNING, logger="verl.workers.compile"):
+            create_trainer(load_config(None, small_overrides(tmp_path, **over)))
+        lines = [r.getMessage() for r in caplog.records if "peft's own forward" in r.getMessage()]
+        assert bool(lines) == expected, (name, lines)
+        if expected:
+            assert "6 LoRA layers" in lines[0] and "model.torch_compile=false" in lines[0]

@@ -134,7 +134,9 @@ def _resolve_update_speedups(cfg, platform: Platform) -> str:
     model.lora.fused: on an H100 the compiled fused layers took the 7B LoRA update from 5.91 to 4.36 s
     (MFU 34.0 -> 46.0%, peak 45.2 -> 31.9 GiB) with the eager update's loss to 1e-3, while compiled
     peft layers (fused off) ended the same three updates with a policy loss 17% off the others'
-    (benchmarks/results/h100/lora_compile_2026-12-08), not understood yet; mixed_precision: param_copy
+    (benchmarks/results/h100/lora_compile_2026-12-08), not understood yet: so not with a LoRA dropout or
+    adapted tensors named in model.lora.target_parameters either, whose layers run peft's forward (an MoE
+    model's experts under target_parameters auto do too: the actor logs it); mixed_precision: param_copy
     needs full fine-tuning in bfloat16/float16 and no training.offload_optimizer (its copy, 2 bytes a
     parameter, would stay through the optimizer step that offloading makes room for). On the H200,
     Qwen2.5-1.5B architecture, 32 prompts x 8 x 512 tokens, they took the update from 4.73 to 2.72 s
@@ -144,7 +146,8 @@ def _resolve_update_speedups(cfg, platform: Platform) -> str:
     single_gpu = platform.gpu and cfg.distributed.backend != "ray"
     chosen = []
     if m.torch_compile is None:  # LoRA: only verl's fused adapter layers are compiled (docstring)
-        m.torch_compile = single_gpu and (m.lora.rank == 0 or m.lora.fused)
+        fused_lora = m.lora.fused and m.lora.dropout == 0 and not isinstance(m.lora.target_parameters, (list, tuple))
+        m.torch_compile = single_gpu and (m.lora.rank == 0 or fused_lora)
         chosen.append(f"model.torch_compile: {str(m.torch_compile).lower()}")
     if m.mixed_precision == "auto":
         copy = (single_gpu and m.lora.rank == 0 and m.dtype in ("bfloat16", "float16")

@@ -101,6 +101,19 @@ def _forward(self, x, *args, **kwargs):
                              self.lora_B[name].weight, self.scaling[name])
 
 
+def unfused_lora_layers(model: torch.nn.Module) -> int:
+    """How many of `model`'s peft LoRA layers run peft's own forward: not routed by `fuse_lora_linears`
+    (peft's ParamWrapper on an MoE model's experts, other layer types), or routed with a dropout > 0."""
+    from peft.tuners.lora.layer import LoraLayer
+
+    count = 0
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            dropout = [d for d in getattr(module, "lora_dropout", {}).values() if not isinstance(d, torch.nn.Identity)]
+            count += not hasattr(module, "_peft_forward") or bool(dropout)
+    return count
+
+
 def fuse_lora_linears(model: torch.nn.Module) -> int:
     """Route every peft LoRA Linear of `model` through the fused forward where a call allows it; returns how
     many layers were routed. The module's parameters, names and state dict stay peft's."""

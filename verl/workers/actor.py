@@ -43,7 +43,7 @@ from verl.models.loading import load_causal_lm, torch_dtype
 from verl.models.lora import apply_lora, base_model, lora_enabled
 from verl.models.moe import MoeRouting
 from verl.models.vision import freeze_vision_tower
-from verl.workers.compile import CompiledLayers
+from verl.workers.compile import CompiledLayers, note_compiled_peft_layers
 from verl.workers.logprobs import head_log_probs, head_sum_pi_squared, lm_head, response_hidden
 from verl.workers.memory_budget import TokenBudget, pending_bytes
 from verl.workers.micro_batches import MicroBatching, on_device, pad_response_columns
@@ -95,6 +95,8 @@ class Actor(TrainingState):
         self.param_copy = ParamCopy(self.model, self.compute_dtype) if use_copy else None
         self.fused = model_cfg.torch_compile
         self.compiled = CompiledLayers(self.param_copy.module if use_copy else self.model, model_cfg.torch_compile)
+        if lora and self.compiled.enabled:
+            note_compiled_peft_layers(self.model)
         # A frozen vision tower is left out of the optimizer (otherwise all parameters: the layout the
         # optimizer state of existing checkpoints has)
         params = self.trainable_parameters() if model_cfg.freeze_vision_tower else self.model.parameters()
