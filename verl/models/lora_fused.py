@@ -102,16 +102,13 @@ def _forward(self, x, *args, **kwargs):
 
 
 def unfused_lora_layers(model: torch.nn.Module) -> int:
-    """How many of `model`'s peft LoRA layers run peft's own forward: not routed by `fuse_lora_linears`
-    (peft's ParamWrapper on an MoE model's experts, other layer types), or routed with a dropout > 0."""
+    """How many of `model`'s peft LoRA layers run peft's own forward in a training call: not routed by
+    `fuse_lora_linears` (peft's ParamWrapper on an MoE model's experts, other layer types), or routed but
+    refused by `_fusable_call` (a dropout > 0, DoRA, a trainable base)."""
     from peft.tuners.lora.layer import LoraLayer
 
-    count = 0
-    for module in model.modules():
-        if isinstance(module, LoraLayer):
-            dropout = [d for d in getattr(module, "lora_dropout", {}).values() if not isinstance(d, torch.nn.Identity)]
-            count += not hasattr(module, "_peft_forward") or bool(dropout)
-    return count
+    return sum(not hasattr(m, "_peft_forward") or _fusable_call(m, {}) is None
+               for m in model.modules() if isinstance(m, LoraLayer))
 
 
 def fuse_lora_linears(model: torch.nn.Module) -> int:
